@@ -1,0 +1,67 @@
+// The model interface the engine and the draft-model drafter use. One forward call verifies a
+// batch of token trees (prefill is a chain tree), writing K/V into the paged cache.
+#ifndef TREESPEC_COMMON_MODEL_CAUSAL_LM_H_
+#define TREESPEC_COMMON_MODEL_CAUSAL_LM_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/model/config.h"
+#include "common/model/kv_cache.h"
+
+namespace treespec {
+
+// One sequence's part of a forward batch.
+struct SeqTree {
+  SeqId seq = 0;
+  int committed_len = 0;            // L: slots [0, L) hold committed K/V
+  std::vector<int32_t> tokens;      // [n] node tokens; node 0 is the first uncommitted token
+  std::vector<int32_t> parents;     // [n] parents[0] = -1, 0 <= parents[i] < i for i > 0
+};
+// Node i sits at position L + depth(i) and its K/V goes to slot L + i. A chain
+// (parents[i] = i - 1) is ordinary causal prefill/decoding.
+
+struct LmOptions {
+  int tensor_parallel = 1;   // ranks (threads on CPU); any count >= 1, uneven splits allowed
+  int kv_pages = 0;          // 0: enough for max_batch sequences at full context
+  int kv_page_size = 16;
+  int max_batch = 16;        // used to size the default KV pool
+};
+
+class CausalLm {
+ public:
+  virtual ~CausalLm() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  virtual int tensor_parallel() const = 0;
+  virtual std::string device() const = 0;  // "cpu"
+
+  // Sequence lifetime, backed by the paged cache shared by all ranks.
+  virtual SeqId CreateSequence() = 0;
+  virtual void FreeSequence(SeqId seq) = 0;
+  virtual PagedKvCache& kv_cache() = 0;
+
+  // Runs the batch: reserves slots [L, L + n) of each sequence (RESOURCE_EXHAUSTED when out
+  // of pages; nothing is written then), writes node K/V, and returns logits.
+  // Returns [total nodes in batch order, vocab] fp32, row-major.
+  // Rows are batch-invariant: a node's logits do not depend on the rest of the batch.
+  virtual absl::StatusOr<std::vector<float>> Forward(absl::Span<const SeqTree> batch) = 0;
+
+  // Keeps the accepted path (DESIGN §3 step 5): `path` = [0, c1, ..., ck] node indices of the
+  // last Forward for `seq`; afterwards the committed length is L + k + 1.
+  virtual void Commit(SeqId seq, int committed_len, absl::Span<const int> path) = 0;
+  // Drops everything from slot `len` on (rollback).
+  virtual void Truncate(SeqId seq, int len) = 0;
+};
+
+// Loads `model_dir` (config.json, *.safetensors) for the CPU backend.
+absl::StatusOr<std::unique_ptr<CausalLm>> LoadCpuCausalLm(const std::string& model_dir,
+                                                          const LmOptions& options);
+
+}  // namespace treespec
+
+#endif  // TREESPEC_COMMON_MODEL_CAUSAL_LM_H_

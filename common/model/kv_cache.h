@@ -1,0 +1,83 @@
+// Paged KV cache with the operations speculation needs (DESIGN §3):
+// reserve slots for a tree, commit an accepted path, truncate, free.
+//
+// One page table (PagedKvCache) is shared by all TP ranks; each rank owns a KvPool holding the
+// K/V of its KV heads for every layer, indexed by the same page ids.
+#ifndef TREESPEC_COMMON_MODEL_KV_CACHE_H_
+#define TREESPEC_COMMON_MODEL_KV_CACHE_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace treespec {
+
+using SeqId = int64_t;
+
+// K/V storage of one rank: for each layer, pages of `page_size` slots.
+class KvPool {
+ public:
+  KvPool(int num_layers, int num_pages, int page_size, int num_kv_heads, int head_dim);
+
+  // K (or V) of one slot: [num_kv_heads, head_dim].
+  float* K(int layer, int page, int offset);
+  float* V(int layer, int page, int offset);
+  const float* K(int layer, int page, int offset) const;
+  const float* V(int layer, int page, int offset) const;
+  // Copies both K and V of every layer from one slot to another.
+  void CopySlot(int src_page, int src_offset, int dst_page, int dst_offset);
+
+  int num_kv_heads() const { return num_kv_heads_; }
+  int head_dim() const { return head_dim_; }
+
+ private:
+  int num_layers_, num_pages_, page_size_, num_kv_heads_, head_dim_;
+  std::vector<float> k_;  // [num_layers, num_pages, page_size, num_kv_heads, head_dim]
+  std::vector<float> v_;  // same
+};
+
+// Page tables of all sequences plus the free list. Thread-safe.
+class PagedKvCache {
+ public:
+  PagedKvCache(int num_pages, int page_size);
+
+  int page_size() const { return page_size_; }
+  int num_pages() const { return num_pages_; }
+  int free_pages() const;
+
+  SeqId CreateSequence();
+  // Ensures slots [0, num_slots) of `seq` have pages. RESOURCE_EXHAUSTED when the pool is out.
+  absl::Status Reserve(SeqId seq, int num_slots);
+  // Drops pages wholly beyond `num_slots`.
+  void Truncate(SeqId seq, int num_slots);
+  void Free(SeqId seq);
+  int num_reserved_slots(SeqId seq) const;
+
+  // (page, offset) of logical slot `slot` of `seq`; the slot must be reserved.
+  std::pair<int, int> Locate(SeqId seq, int slot) const;
+  // Page list of `seq` (copy; stable across concurrent Reserve of other sequences).
+  std::vector<int> Pages(SeqId seq) const;
+
+ private:
+  const int num_pages_;
+  const int page_size_;
+  mutable std::mutex mu_;
+  std::vector<int> free_list_;
+  absl::flat_hash_map<SeqId, std::vector<int>> tables_;
+  SeqId next_id_ = 1;
+};
+
+// Moves the accepted path into place in every pool (DESIGN §3 step 5): slot L+path[j] -> L+j for
+// j = 1..k, ascending, skipping j == path[j]; then truncates `seq` to L + k + 1 slots.
+// `path` = [c0 = 0, c1, ..., ck] (tree node indices, strictly increasing).
+void CommitPath(PagedKvCache& cache, absl::Span<KvPool* const> pools, SeqId seq,
+                int committed_len, absl::Span<const int> path);
+
+}  // namespace treespec
+
+#endif  // TREESPEC_COMMON_MODEL_KV_CACHE_H_

@@ -1,0 +1,61 @@
+// Weights of a Llama-family decoder, fp32 on the host, in Hugging Face layout
+// ([out_features, in_features] for every projection). Loaded from safetensors, sharded for TP.
+#ifndef TREESPEC_COMMON_MODEL_WEIGHTS_H_
+#define TREESPEC_COMMON_MODEL_WEIGHTS_H_
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/model/config.h"
+#include "common/model/tensor.h"
+
+namespace treespec {
+
+struct LayerWeights {
+  Tensor input_norm;  // [hidden]
+  Tensor wq;          // [q_heads * head_dim, hidden]
+  Tensor wk;          // [kv_heads * head_dim, hidden]
+  Tensor wv;          // [kv_heads * head_dim, hidden]
+  Tensor bq;          // [q_heads * head_dim]   (qkv_bias only, else empty)
+  Tensor bk;          // [kv_heads * head_dim]  (qkv_bias only)
+  Tensor bv;          // [kv_heads * head_dim]  (qkv_bias only)
+  Tensor q_norm;      // [head_dim]             (qk_norm only)
+  Tensor k_norm;      // [head_dim]             (qk_norm only)
+  Tensor wo;          // [hidden, q_heads * head_dim]
+  Tensor post_norm;   // [hidden]  (post_attention_layernorm)
+  Tensor w_gate;      // [intermediate, hidden]
+  Tensor w_up;        // [intermediate, hidden]
+  Tensor w_down;      // [hidden, intermediate]
+};
+
+struct ModelWeights {
+  Tensor embed;       // [vocab, hidden]
+  std::vector<LayerWeights> layers;  // [num_layers]
+  Tensor final_norm;  // [hidden]
+  Tensor lm_head;     // [vocab, hidden]; empty when tie_word_embeddings (use embed)
+};
+
+// Describes one tensor slot for the loader, the random-model writer and the TP sharder:
+// its Hugging Face name, expected full shape, and whether the config says it exists.
+struct TensorSlot {
+  std::string hf_name;           // "model.layers.3.self_attn.q_proj.weight"
+  std::vector<int64_t> shape;    // full (unsharded) shape
+  bool present;                  // false: optional tensor this config does not use
+  Tensor* tensor;                // where it lives in ModelWeights
+};
+
+// Visits every tensor slot of `weights` for `config`, in a fixed order. The single list of
+// tensors: add a tensor here and the loader, writer and sharder all see it.
+void ForEachTensor(const ModelConfig& config, ModelWeights& weights,
+                   const std::function<void(TensorSlot&)>& fn);
+
+// Loads config.json + *.safetensors (single file or sharded with model.safetensors.index.json;
+// f32/f16/bf16) from `model_dir`. Errors name the file and the tensor.
+absl::StatusOr<ModelWeights> LoadModelWeights(const std::string& model_dir,
+                                              const ModelConfig& config);
+
+}  // namespace treespec
+
+#endif  // TREESPEC_COMMON_MODEL_WEIGHTS_H_

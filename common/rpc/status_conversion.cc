@@ -1,0 +1,20 @@
+#include "common/rpc/status_conversion.h"
+
+#include <string>
+
+namespace treespec {
+
+// absl::StatusCode and grpc::StatusCode share the canonical numbering (0..16).
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+}  // namespace treespec

@@ -1,0 +1,38 @@
+// A drafting session for one request: context in, token tree out.
+#ifndef TREESPEC_DRAFTER_SERVICE_DRAFTER_H_
+#define TREESPEC_DRAFTER_SERVICE_DRAFTER_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/tree/token_tree.h"
+
+namespace treespec {
+
+struct DraftLimits {
+  int tree_budget = 16;  // drafted nodes (bonus excluded)
+  int max_depth = 8;     // deepest drafted node
+};
+
+class DraftSession {
+ public:
+  virtual ~DraftSession() = default;
+  // Appends tokens to the context. The first call carries the prompt; later calls carry the
+  // tokens the verifier emitted, the last of which is the pending bonus token.
+  virtual absl::Status Append(absl::Span<const int32_t> tokens) = 0;
+  // Drafts continuations after the last appended token (the bonus), at most
+  // limits.tree_budget nodes and limits.max_depth deep. May be empty.
+  virtual absl::StatusOr<DraftedTree> Draft(const DraftLimits& limits) = 0;
+};
+
+class DrafterFactory {
+ public:
+  virtual ~DrafterFactory() = default;
+  virtual absl::StatusOr<std::unique_ptr<DraftSession>> NewSession() = 0;
+};
+
+}  // namespace treespec
+
+#endif  // TREESPEC_DRAFTER_SERVICE_DRAFTER_H_

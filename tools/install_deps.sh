@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian packages treespec builds against, only those that are missing.
+set -euo pipefail
+pkgs=(cmake g++ make pkg-config libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
+  protobuf-compiler libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
+  libopenblas-dev libpcre2-dev python3)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install_deps: installing ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
