@@ -15,15 +15,20 @@
 
 namespace treespec {
 
-// One sequence's part of a forward batch.
+// One sequence's part of a forward batch: a forest of nodes after the committed prefix.
 struct SeqTree {
   SeqId seq = 0;
   int committed_len = 0;            // L: slots [0, L) hold committed K/V
-  std::vector<int32_t> tokens;      // [n] node tokens; node 0 is the first uncommitted token
-  std::vector<int32_t> parents;     // [n] parents[0] = -1, 0 <= parents[i] < i for i > 0
+  std::vector<int32_t> tokens;      // [n] node tokens
+  std::vector<int32_t> parents;     // [n] parents[i] in [-1, i); -1 = a root (child of the prefix)
+  // Nodes [0, first_new) were computed by an earlier Forward of this same tree (their K/V is in
+  // slots L..L+first_new-1); only nodes [first_new, n) are computed now. Lets a drafter grow a
+  // tree depth by depth without recomputing it.
+  int first_new = 0;
 };
-// Node i sits at position L + depth(i) and its K/V goes to slot L + i. A chain
-// (parents[i] = i - 1) is ordinary causal prefill/decoding.
+// Node i sits at position L + depth(i) (roots have depth 0) and its K/V goes to slot L + i. It
+// attends to slots [0, L) and to itself and its ancestors. A chain (parents[i] = i - 1) is
+// ordinary causal prefill/decoding; the verifier's tree has one root, the bonus token.
 
 struct LmOptions {
   int tensor_parallel = 1;   // ranks (threads on CPU); any count >= 1, uneven splits allowed
@@ -46,13 +51,15 @@ class CausalLm {
   virtual PagedKvCache& kv_cache() = 0;
 
   // Runs the batch: reserves slots [L, L + n) of each sequence (RESOURCE_EXHAUSTED when out
-  // of pages; nothing is written then), writes node K/V, and returns logits.
-  // Returns [total nodes in batch order, vocab] fp32, row-major.
+  // of pages; nothing is written then), writes K/V of the new nodes, and returns their logits:
+  // [total new nodes in batch order, vocab] fp32, row-major. INVALID_ARGUMENT for malformed
+  // trees or token ids outside [0, vocab).
   // Rows are batch-invariant: a node's logits do not depend on the rest of the batch.
   virtual absl::StatusOr<std::vector<float>> Forward(absl::Span<const SeqTree> batch) = 0;
 
   // Keeps the accepted path (DESIGN §3 step 5): `path` = [0, c1, ..., ck] node indices of the
-  // last Forward for `seq`; afterwards the committed length is L + k + 1.
+  // last Forward for `seq` (node 0 must be the single root); afterwards the committed length is
+  // L + k + 1 and later slots are freed. A chain commit of m nodes is path [0, 1, ..., m-1].
   virtual void Commit(SeqId seq, int committed_len, absl::Span<const int> path) = 0;
   // Drops everything from slot `len` on (rollback).
   virtual void Truncate(SeqId seq, int len) = 0;
