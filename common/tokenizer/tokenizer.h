@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -30,15 +31,27 @@ class Tokenizer {
   virtual int32_t TokenToId(const std::string& token) const = 0;
 };
 
+// Loads a Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama 3, Qwen2 style). Settings
+// that would change results but are not supported are INVALID_ARGUMENT naming the field.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& tokenizer_json_path);
+
+// The same from the JSON text itself; `origin` names the source in error messages.
+absl::StatusOr<std::unique_ptr<Tokenizer>> ParseTokenizerJson(
+    std::string_view json_text, std::string_view origin = "tokenizer.json");
 
 // Streams text for a growing id sequence without ever splitting a UTF-8 character:
 // Push(ids) returns the newly completed text; bytes of an unfinished character wait.
+// Everything returned is valid UTF-8 (it can go into a proto `string`): bytes that can never
+// become a character (a stray continuation byte, a sequence cut short by a byte that cannot
+// continue it) come out as U+FFFD, one per maximal ill-formed subpart, so the concatenation of
+// all Push and Flush results equals utf8::ToValidLossy(Decode(all ids)), which is what Hugging
+// Face's decode returns. Not thread-safe; use one per stream.
 class IncrementalDecoder {
  public:
   explicit IncrementalDecoder(const Tokenizer* tokenizer) : tokenizer_(tokenizer) {}
+  // INVALID_ARGUMENT (from Decode) leaves the decoder as it was.
   absl::StatusOr<std::string> Push(absl::Span<const int32_t> ids);
-  // Whatever is held back at the end (an incomplete character, emitted as-is).
+  // Whatever is held back at the end: an incomplete character, as one U+FFFD ("" if none).
   std::string Flush();
 
  private:

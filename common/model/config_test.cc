@@ -1,0 +1,597 @@
+#include "common/model/config.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <numbers>
+#include <string>
+
+#include "absl/strings/str_replace.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace treespec {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// Abridged from the published config.json files of each model.
+constexpr char kLlama31_8B[] = R"({
+  "architectures": ["LlamaForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 128000,
+  "eos_token_id": [128001, 128008, 128009],
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 14336,
+  "max_position_embeddings": 131072,
+  "mlp_bias": false,
+  "model_type": "llama",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 8,
+  "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": {
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+    "rope_type": "llama3"
+  },
+  "rope_theta": 500000.0,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.43.0.dev0",
+  "use_cache": true,
+  "vocab_size": 128256
+})";
+
+constexpr char kLlama2_7B[] = R"({
+  "architectures": ["LlamaForCausalLM"],
+  "bos_token_id": 1,
+  "eos_token_id": 2,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 11008,
+  "max_position_embeddings": 4096,
+  "model_type": "llama",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": null,
+  "tie_word_embeddings": false,
+  "torch_dtype": "float16",
+  "use_cache": true,
+  "vocab_size": 32000
+})";
+
+constexpr char kMistral7Bv03[] = R"({
+  "architectures": ["MistralForCausalLM"],
+  "attention_dropout": 0.0,
+  "bos_token_id": 1,
+  "eos_token_id": 2,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 14336,
+  "max_position_embeddings": 32768,
+  "model_type": "mistral",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-05,
+  "rope_theta": 1000000.0,
+  "sliding_window": null,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "use_cache": true,
+  "vocab_size": 32768
+})";
+
+constexpr char kQwen25_05B[] = R"({
+  "architectures": ["Qwen2ForCausalLM"],
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "eos_token_id": 151643,
+  "hidden_act": "silu",
+  "hidden_size": 896,
+  "initializer_range": 0.02,
+  "intermediate_size": 4864,
+  "max_position_embeddings": 32768,
+  "max_window_layers": 24,
+  "model_type": "qwen2",
+  "num_attention_heads": 14,
+  "num_hidden_layers": 24,
+  "num_key_value_heads": 2,
+  "rms_norm_eps": 1e-06,
+  "rope_theta": 1000000.0,
+  "sliding_window": 32768,
+  "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+})";
+
+constexpr char kQwen3_8B[] = R"({
+  "architectures": ["Qwen3ForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "eos_token_id": 151645,
+  "head_dim": 128,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 12288,
+  "max_position_embeddings": 40960,
+  "max_window_layers": 36,
+  "model_type": "qwen3",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 36,
+  "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": null,
+  "rope_theta": 1000000,
+  "sliding_window": null,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+})";
+
+// transformers 5 folds rope_theta and the scaling into `rope_parameters`.
+constexpr char kLlamaTransformers5[] = R"({
+  "architectures": ["LlamaForCausalLM"],
+  "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+  "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64,
+  "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "vocab_size": 128256,
+  "tie_word_embeddings": true, "bos_token_id": 128000, "eos_token_id": 128001,
+  "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
+                      "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                      "original_max_position_embeddings": 8192}
+})";
+
+std::string Replace(const char* base, const std::string& from, const std::string& to) {
+  std::string s = base;
+  const size_t at = s.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) s.replace(at, from.size(), to);
+  return s;
+}
+
+TEST(ParseModelConfigTest, Llama31) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(kLlama31_8B);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "LlamaForCausalLM");
+  EXPECT_EQ(c->vocab_size, 128256);
+  EXPECT_EQ(c->hidden_size, 4096);
+  EXPECT_EQ(c->intermediate_size, 14336);
+  EXPECT_EQ(c->num_layers, 32);
+  EXPECT_EQ(c->num_q_heads, 32);
+  EXPECT_EQ(c->num_kv_heads, 8);
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_EQ(c->max_position_embeddings, 131072);
+  EXPECT_FLOAT_EQ(c->rms_norm_eps, 1e-5f);
+  EXPECT_FLOAT_EQ(c->rope_theta, 500000.0f);
+  EXPECT_EQ(c->rope_scaling.type, RopeScaling::Type::kLlama3);
+  EXPECT_FLOAT_EQ(c->rope_scaling.factor, 8.0f);
+  EXPECT_FLOAT_EQ(c->rope_scaling.low_freq_factor, 1.0f);
+  EXPECT_FLOAT_EQ(c->rope_scaling.high_freq_factor, 4.0f);
+  EXPECT_EQ(c->rope_scaling.original_max_position_embeddings, 8192);
+  EXPECT_FLOAT_EQ(c->rope_scaling.attention_factor, 1.0f);
+  EXPECT_FALSE(c->tie_word_embeddings);
+  EXPECT_FALSE(c->qkv_bias);
+  EXPECT_FALSE(c->qk_norm);
+  EXPECT_EQ(c->bos_token_id, 128000);
+  EXPECT_THAT(c->eos_token_ids, ElementsAre(128001, 128008, 128009));
+}
+
+TEST(ParseModelConfigTest, Llama2DefaultsKvHeadsAndHeadDim) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(kLlama2_7B);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->num_kv_heads, 32);            // absent -> num_attention_heads
+  EXPECT_EQ(c->head_dim, 128);               // hidden / heads
+  EXPECT_FLOAT_EQ(c->rope_theta, 10000.0f);  // LlamaConfig default
+  EXPECT_EQ(c->rope_scaling.type, RopeScaling::Type::kNone);
+  EXPECT_EQ(c->bos_token_id, 1);
+  EXPECT_THAT(c->eos_token_ids, ElementsAre(2));
+}
+
+TEST(ParseModelConfigTest, Mistral) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(kMistral7Bv03);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "MistralForCausalLM");
+  EXPECT_EQ(c->num_kv_heads, 8);
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_FLOAT_EQ(c->rope_theta, 1e6f);
+  EXPECT_FALSE(c->qkv_bias);
+  EXPECT_FALSE(c->qk_norm);
+}
+
+TEST(ParseModelConfigTest, Qwen2HasQkvBiasAndUnusedWindow) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(kQwen25_05B);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "Qwen2ForCausalLM");
+  EXPECT_EQ(c->head_dim, 64);
+  EXPECT_EQ(c->num_kv_heads, 2);
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_TRUE(c->qkv_bias);
+  EXPECT_FALSE(c->qk_norm);
+  EXPECT_FLOAT_EQ(c->rms_norm_eps, 1e-6f);
+}
+
+TEST(ParseModelConfigTest, Qwen3HasQkNorm) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(kQwen3_8B);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "Qwen3ForCausalLM");
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_FALSE(c->qkv_bias);
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_FLOAT_EQ(c->rope_theta, 1e6f);  // an integer in the file
+}
+
+TEST(ParseModelConfigTest, Transformers5RopeParameters) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(kLlamaTransformers5);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FLOAT_EQ(c->rope_theta, 500000.0f);
+  EXPECT_EQ(c->rope_scaling.type, RopeScaling::Type::kLlama3);
+  EXPECT_FLOAT_EQ(c->rope_scaling.factor, 32.0f);
+  EXPECT_EQ(c->head_dim, 64);
+  EXPECT_TRUE(c->tie_word_embeddings);
+
+  // transformers 5 also keeps the old spelling alongside; agreeing copies are fine.
+  const std::string both =
+      Replace(kLlamaTransformers5, R"("rope_parameters")",
+              R"("rope_scaling": {"type": "llama3", "factor": 32, "low_freq_factor": 1.0,
+                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+         "rope_parameters")");
+  ASSERT_TRUE(ParseModelConfig(both).ok()) << ParseModelConfig(both).status();
+
+  const std::string plain = absl::StrReplaceAll(
+      kLlamaTransformers5, {{R"("rope_type": "llama3")", R"("rope_type": "default")"}});
+  c = ParseModelConfig(plain);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_scaling.type, RopeScaling::Type::kNone);
+  EXPECT_FLOAT_EQ(c->rope_theta, 500000.0f);
+}
+
+TEST(ParseModelConfigTest, OldRopeScalingTypeSpelling) {
+  const std::string text = absl::StrReplaceAll(
+      kLlama2_7B,
+      {{R"("rope_scaling": null)", R"("rope_scaling": {"type": "linear", "factor": 2.0})"}});
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(text);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_scaling.type, RopeScaling::Type::kLinear);
+  EXPECT_FLOAT_EQ(c->rope_scaling.factor, 2.0f);
+}
+
+TEST(ParseModelConfigTest, YarnAttentionFactor) {
+  auto with_scaling = [](const std::string& scaling) {
+    return ParseModelConfig(absl::StrReplaceAll(
+        kQwen3_8B, {{R"("rope_scaling": null)", "\"rope_scaling\": " + scaling}}));
+  };
+  absl::StatusOr<ModelConfig> c = with_scaling(
+      R"({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_scaling.type, RopeScaling::Type::kYarn);
+  EXPECT_FLOAT_EQ(c->rope_scaling.factor, 4.0f);  // explicit factor wins over 40960 / 32768
+  EXPECT_EQ(c->rope_scaling.original_max_position_embeddings, 32768);
+  EXPECT_FLOAT_EQ(c->rope_scaling.attention_factor, 0.1f * std::log(4.0f) + 1.0f);
+  EXPECT_FLOAT_EQ(c->rope_scaling.beta_fast, 32.0f);
+  EXPECT_FLOAT_EQ(c->rope_scaling.beta_slow, 1.0f);
+
+  c = with_scaling(R"({"type": "yarn", "factor": 40, "mscale": 0.707, "mscale_all_dim": 1.0,
+                       "beta_fast": 16, "beta_slow": 2})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_NEAR(c->rope_scaling.attention_factor, 0.9210423553163399, 1e-6);
+  EXPECT_EQ(c->rope_scaling.original_max_position_embeddings, 40960);  // absent: max_position
+  EXPECT_FLOAT_EQ(c->rope_scaling.beta_fast, 16.0f);
+  EXPECT_FLOAT_EQ(c->rope_scaling.beta_slow, 2.0f);
+
+  c = with_scaling(R"({"rope_type": "yarn", "factor": 4.0, "attention_factor": 1.5})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FLOAT_EQ(c->rope_scaling.attention_factor, 1.5f);
+}
+
+// Every error names the offending field.
+struct ErrorCase {
+  const char* name;
+  std::string json;
+  std::string field;  // must appear in the message
+  std::string also;   // another substring that must appear ("" for none)
+};
+
+void PrintTo(const ErrorCase& e, std::ostream* os) { *os << e.name; }
+
+class ConfigErrorTest : public ::testing::TestWithParam<ErrorCase> {};
+
+TEST_P(ConfigErrorTest, NamesTheField) {
+  const ErrorCase& e = GetParam();
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(e.json);
+  ASSERT_FALSE(c.ok()) << e.name;
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("`" + e.field + "`")) << c.status();
+  if (!e.also.empty()) {
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr(e.also));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, ConfigErrorTest,
+    ::testing::Values(
+        ErrorCase{"NoArchitectures",
+                  Replace(kLlama2_7B, R"("architectures": ["LlamaForCausalLM"],)", ""),
+                  "architectures", "missing"},
+        ErrorCase{"UnknownArchitecture", Replace(kLlama2_7B, "LlamaForCausalLM", "GPT2LMHeadModel"),
+                  "architectures",
+                  "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM"},
+        ErrorCase{"ArchitecturesNotAList", Replace(kLlama2_7B, R"(["LlamaForCausalLM"])", "7"),
+                  "architectures", ""},
+        ErrorCase{"MissingHiddenSize", Replace(kLlama2_7B, R"("hidden_size": 4096,)", ""),
+                  "hidden_size", "missing"},
+        ErrorCase{"MissingVocab",
+                  Replace(kLlama2_7B, R"(,
+  "vocab_size": 32000)",
+                          ""),
+                  "vocab_size", "missing"},
+        ErrorCase{"MissingLayers", Replace(kLlama2_7B, R"("num_hidden_layers": 32,)", ""),
+                  "num_hidden_layers", ""},
+        ErrorCase{"MissingIntermediate", Replace(kLlama2_7B, R"("intermediate_size": 11008,)", ""),
+                  "intermediate_size", ""},
+        ErrorCase{"MissingHeads", Replace(kLlama2_7B, R"("num_attention_heads": 32,)", ""),
+                  "num_attention_heads", ""},
+        ErrorCase{"MissingMaxPosition",
+                  Replace(kLlama2_7B, R"("max_position_embeddings": 4096,)", ""),
+                  "max_position_embeddings", ""},
+        ErrorCase{"HiddenSizeString",
+                  Replace(kLlama2_7B, R"("hidden_size": 4096)", R"("hidden_size": "4096")"),
+                  "hidden_size", "integer"},
+        ErrorCase{
+            "NegativeHeads",
+            Replace(kLlama2_7B, R"("num_attention_heads": 32)", R"("num_attention_heads": -4)"),
+            "num_attention_heads", ""},
+        ErrorCase{
+            "KvHeadsDoNotDivide",
+            Replace(kMistral7Bv03, R"("num_key_value_heads": 8)", R"("num_key_value_heads": 5)"),
+            "num_key_value_heads", ""},
+        ErrorCase{"MistralNeedsKvHeads", Replace(kMistral7Bv03, R"("num_key_value_heads": 8,)", ""),
+                  "num_key_value_heads", "missing"},
+        ErrorCase{"Qwen3NeedsHeadDim", Replace(kQwen3_8B, R"("head_dim": 128,)", ""), "head_dim",
+                  "missing"},
+        ErrorCase{"HeadDimNotDerivable",
+                  Replace(kLlama2_7B, R"("hidden_size": 4096)", R"("hidden_size": 4000)"),
+                  "head_dim", ""},
+        ErrorCase{"DynamicRope",
+                  Replace(kLlama2_7B, R"("rope_scaling": null)",
+                          R"("rope_scaling": {"rope_type": "dynamic", "factor": 2.0})"),
+                  "rope_scaling.rope_type", "dynamic"},
+        ErrorCase{"LongRopeOldSpelling",
+                  Replace(kLlama2_7B, R"("rope_scaling": null)",
+                          R"("rope_scaling": {"type": "longrope", "factor": 2.0})"),
+                  "rope_scaling.type", "longrope"},
+        ErrorCase{
+            "DynamicRopeParameters",
+            Replace(kLlamaTransformers5, R"("rope_type": "llama3")", R"("rope_type": "dynamic")"),
+            "rope_parameters.rope_type", "dynamic"},
+        ErrorCase{
+            "RopeScalingDisagreesWithRopeParameters",
+            Replace(kLlamaTransformers5, R"("rope_parameters")",
+                    R"("rope_scaling": {"rope_type": "llama3", "factor": 8.0}, "rope_parameters")"),
+            "rope_scaling.factor", "rope_parameters.factor"},
+        ErrorCase{"Llama3MissingLowFreq", Replace(kLlama31_8B, R"("low_freq_factor": 1.0,)", ""),
+                  "rope_scaling.low_freq_factor", "missing"},
+        ErrorCase{"Llama3MissingOriginal",
+                  Replace(kLlama31_8B, R"("original_max_position_embeddings": 8192,)", ""),
+                  "rope_scaling.original_max_position_embeddings", ""},
+        ErrorCase{"LinearMissingFactor",
+                  Replace(kLlama2_7B, R"("rope_scaling": null)",
+                          R"("rope_scaling": {"rope_type": "linear"})"),
+                  "rope_scaling.factor", "missing"},
+        ErrorCase{"RopeScalingNotObject",
+                  Replace(kLlama2_7B, R"("rope_scaling": null)", R"("rope_scaling": 2.0)"),
+                  "rope_scaling", ""},
+        ErrorCase{
+            "YarnNoTruncate",
+            Replace(kQwen3_8B, R"("rope_scaling": null)",
+                    R"("rope_scaling": {"rope_type": "yarn", "factor": 2.0, "truncate": false})"),
+            "rope_scaling.truncate", ""},
+        ErrorCase{
+            "PartialRotary",
+            Replace(kLlama2_7B, R"("pretraining_tp": 1,)", R"("partial_rotary_factor": 0.5,)"),
+            "partial_rotary_factor", ""},
+        ErrorCase{"LlamaAttentionBias",
+                  Replace(kLlama31_8B, R"("attention_bias": false)", R"("attention_bias": true)"),
+                  "attention_bias", ""},
+        ErrorCase{"Qwen3AttentionBias",
+                  Replace(kQwen3_8B, R"("attention_bias": false)", R"("attention_bias": true)"),
+                  "attention_bias", ""},
+        ErrorCase{"MlpBias", Replace(kLlama31_8B, R"("mlp_bias": false)", R"("mlp_bias": true)"),
+                  "mlp_bias", ""},
+        ErrorCase{"Gelu", Replace(kLlama2_7B, R"("hidden_act": "silu")", R"("hidden_act": "gelu")"),
+                  "hidden_act", "gelu"},
+        ErrorCase{"MistralSlidingWindow",
+                  Replace(kMistral7Bv03, R"("sliding_window": null)", R"("sliding_window": 4096)"),
+                  "sliding_window", "4096"},
+        ErrorCase{"MistralDefaultSlidingWindow",
+                  Replace(kMistral7Bv03, R"("sliding_window": null,)", ""), "sliding_window",
+                  "default"},
+        ErrorCase{
+            "QwenSlidingWindowInUse",
+            absl::StrReplaceAll(
+                kQwen25_05B, {{R"("use_sliding_window": false)", R"("use_sliding_window": true)"},
+                              {R"("sliding_window": 32768)", R"("sliding_window": 4096)"},
+                              {R"("max_window_layers": 24)", R"("max_window_layers": 0)"}}),
+            "use_sliding_window", ""},
+        ErrorCase{
+            "SlidingLayerTypes",
+            Replace(
+                kQwen3_8B, R"("use_cache": true,)",
+                R"("use_cache": true, "layer_types": ["full_attention", "sliding_attention"],)"),
+            "layer_types", ""},
+        ErrorCase{"Quantized",
+                  Replace(kQwen3_8B, R"("use_cache": true,)",
+                          R"("use_cache": true, "quantization_config": {"quant_method": "fp8"},)"),
+                  "quantization_config", ""},
+        ErrorCase{"BadEos",
+                  Replace(kLlama2_7B, R"("eos_token_id": 2)", R"("eos_token_id": "</s>")"),
+                  "eos_token_id", ""},
+        ErrorCase{"BadRmsEps",
+                  Replace(kLlama2_7B, R"("rms_norm_eps": 1e-05)", R"("rms_norm_eps": 0)"),
+                  "rms_norm_eps", ""}),
+    [](const ::testing::TestParamInfo<ErrorCase>& info) { return std::string(info.param.name); });
+
+TEST(ParseModelConfigTest, QwenWindowUnusedBelowMaxWindowLayers) {
+  // use_sliding_window with every layer below max_window_layers: no layer slides.
+  std::string text =
+      Replace(kQwen25_05B, R"("use_sliding_window": false)", R"("use_sliding_window": true)");
+  text = Replace(text.c_str(), R"("sliding_window": 32768)", R"("sliding_window": 4096)");
+  EXPECT_TRUE(ParseModelConfig(text).ok());
+  text = Replace(text.c_str(), R"("max_window_layers": 24)", R"("max_window_layers": 12)");
+  EXPECT_FALSE(ParseModelConfig(text).ok());
+}
+
+TEST(ParseModelConfigTest, InvalidJson) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig("{\"architectures\": [");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("not valid JSON"));
+}
+
+class LoadModelConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           ("config_test_" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void Write(const std::string& text) { std::ofstream(dir_ / "config.json") << text; }
+  std::filesystem::path dir_;
+};
+
+TEST_F(LoadModelConfigTest, Loads) {
+  Write(kQwen3_8B);
+  absl::StatusOr<ModelConfig> c = LoadModelConfig(dir_.string());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->num_layers, 36);
+}
+
+TEST_F(LoadModelConfigTest, MissingDirectoryNamesPath) {
+  const std::string missing = (dir_ / "nope").string();
+  absl::StatusOr<ModelConfig> c = LoadModelConfig(missing);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr(missing + "/config.json"));
+}
+
+TEST_F(LoadModelConfigTest, MissingConfigNamesPath) {
+  absl::StatusOr<ModelConfig> c = LoadModelConfig(dir_.string());
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr(dir_.string() + "/config.json"));
+}
+
+TEST_F(LoadModelConfigTest, ErrorNamesFileAndField) {
+  Write(Replace(kLlama2_7B, R"("hidden_act": "silu")", R"("hidden_act": "relu")"));
+  absl::StatusOr<ModelConfig> c = LoadModelConfig(dir_.string());
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr(dir_.string() + "/config.json"));
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("`hidden_act`"));
+}
+
+// ---- RoPE frequencies ------------------------------------------------------------------------
+
+ModelConfig TinyRopeConfig(int head_dim, float theta) {
+  ModelConfig c;
+  c.head_dim = head_dim;
+  c.rope_theta = theta;
+  c.max_position_embeddings = 8192;
+  return c;
+}
+
+void ExpectClose(const std::vector<float>& got, const std::vector<double>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    // A few fp32 ulps: both sides round once from (nearly) exact values.
+    EXPECT_NEAR(got[i], want[i], 4e-7 * std::abs(want[i])) << "dimension pair " << i;
+  }
+}
+
+TEST(RopeInverseFrequenciesTest, Default) {
+  const ModelConfig c = TinyRopeConfig(8, 10000.0f);
+  // theta^(-2i/8) for i = 0..3: 1, 0.1, 0.01, 0.001.
+  ExpectClose(RopeInverseFrequencies(c), {1.0, 0.1, 0.01, 0.001});
+}
+
+TEST(RopeInverseFrequenciesTest, Linear) {
+  ModelConfig c = TinyRopeConfig(8, 10000.0f);
+  c.rope_scaling.type = RopeScaling::Type::kLinear;
+  c.rope_scaling.factor = 4.0f;
+  ExpectClose(RopeInverseFrequencies(c), {0.25, 0.025, 0.0025, 0.00025});
+}
+
+TEST(RopeInverseFrequenciesTest, Llama3IndependentFormula) {
+  ModelConfig c = TinyRopeConfig(16, 500000.0f);
+  RopeScaling& rs = c.rope_scaling;
+  rs.type = RopeScaling::Type::kLlama3;
+  rs.factor = 8.0f;
+  rs.low_freq_factor = 1.0f;
+  rs.high_freq_factor = 4.0f;
+  rs.original_max_position_embeddings = 8192;
+  // Restated in frequencies: rotations over the original context r = old_len * f / (2 pi).
+  // r >= high_freq_factor: unchanged; r < low_freq_factor: f / factor; else blend by
+  // s = (r - low) / (high - low): f * ((1 - s) / factor + s).
+  std::vector<double> want;
+  for (int i = 0; i < 8; ++i) {
+    const double f = std::pow(500000.0, -i / 8.0);
+    const double r = 8192.0 * f / (2 * std::numbers::pi);
+    if (r > 4.0) {
+      want.push_back(f);
+    } else if (r < 1.0) {
+      want.push_back(f / 8.0);
+    } else {
+      const double s = (r - 1.0) / 3.0;
+      want.push_back(f * ((1 - s) / 8.0 + s));
+    }
+  }
+  ExpectClose(RopeInverseFrequencies(c), want);
+  // The same values from a transcription of transformers' _compute_llama3_parameters (Python,
+  // float64): pairs 0-3 keep their frequency, 4 is blended, 5-7 are divided by 8.
+  ExpectClose(
+      RopeInverseFrequencies(c),
+      {1.0, 0.19392274474868576, 0.03760603093086393, 0.0072926647372171085, 0.0005248461609929547,
+       3.428102195952591e-05, 6.647869871181236e-06, 1.2891731721515574e-06});
+}
+
+TEST(RopeInverseFrequenciesTest, Yarn) {
+  ModelConfig c = TinyRopeConfig(16, 10000.0f);
+  RopeScaling& rs = c.rope_scaling;
+  rs.type = RopeScaling::Type::kYarn;
+  rs.factor = 4.0f;
+  rs.original_max_position_embeddings = 2048;
+  // From a transcription of transformers' _compute_yarn_parameters (float64): the correction
+  // range is [2, 6]; pairs 0-1 extrapolate, 6-7 interpolate (/4), 2-5 ramp.
+  ExpectClose(RopeInverseFrequencies(c),
+              {1.0, 0.31622776601683794, 0.1, 0.02569350598886808, 0.00625, 0.0013834964763236657,
+               0.00025, 7.905694150420948e-05});
+}
+
+TEST(RopeInverseFrequenciesTest, ParsedLlama31MatchesDirect) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(kLlama31_8B);
+  ASSERT_TRUE(c.ok());
+  const std::vector<float> inv = RopeInverseFrequencies(*c);
+  ASSERT_EQ(inv.size(), 64u);
+  EXPECT_FLOAT_EQ(inv[0], 1.0f);
+  // The lowest frequency is divided by the full factor.
+  EXPECT_NEAR(inv[63], std::pow(500000.0, -126.0 / 128) / 8.0, 1e-12);
+}
+
+}  // namespace
+}  // namespace treespec

@@ -1,0 +1,495 @@
+#include "common/model/cpu_causal_lm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "common/model/communicator.h"
+#include "common/model/cpu_ops.h"
+#include "common/model/kv_cache.h"
+#include "common/model/tp_plan.h"
+#include "common/model/tp_shard.h"
+#include "common/model/tree_attention.h"
+#include "common/tree/token_tree.h"
+#include "common/util/status_macros.h"
+
+namespace treespec {
+namespace {
+
+// What every rank needs to run one Forward: built once by the caller, then read-only.
+struct BatchPlan {
+  struct Seq {
+    std::vector<int> pages;      // page table, slots [0, L + n) reserved
+    std::vector<uint64_t> mask;  // [n, ceil(n / 64)] ancestor bitmask
+    int committed_len = 0;       // L
+    int num_nodes = 0;           // n
+    int first_new = 0;           // rows are nodes [first_new, n)
+    int first_row = 0;           // the batch row of node first_new
+  };
+  std::vector<Seq> seqs;
+  int num_rows = 0;              // M: new nodes in the batch
+  std::vector<int32_t> tokens;   // [M]
+  std::vector<int> slot_page;    // [M] page of the row's KV slot L + i
+  std::vector<int> slot_offset;  // [M] offset in that page
+  std::vector<float> rope_cos;   // [M, head_dim / 2] at position L + depth(i)
+  std::vector<float> rope_sin;   // [M, head_dim / 2]
+  float* logits = nullptr;       // [M, vocab] written by rank 0
+};
+
+// One tensor-parallel rank: its weights, its K/V and its scratch activations.
+struct Rank {
+  TpRankPlan plan;
+  ModelWeights w;              // this rank's shard (tp_shard.h layout)
+  std::unique_ptr<KvPool> kv;  // [layers, pages, page_size, rank kv heads, head_dim]
+  std::unique_ptr<Communicator> comm;
+  std::vector<int> kv_head_of_q;  // [rank q heads] index into this rank's KV heads
+
+  // Activations, resized per batch (no allocation once the largest batch has been seen).
+  std::vector<float> x;            // [M, hidden] residual stream
+  std::vector<float> h;            // [M, hidden] normed input of a sublayer
+  std::vector<float> q;            // [M, rank q heads, head_dim]
+  std::vector<float> k;            // [M, rank kv heads, head_dim]
+  std::vector<float> v;            // [M, rank kv heads, head_dim]
+  std::vector<float> attn;         // [M, rank q heads, head_dim]
+  std::vector<float> out;          // [M, hidden] a sublayer's (partial) output
+  std::vector<float> gate;         // [M, rank mlp width]
+  std::vector<float> up;           // [M, rank mlp width]
+  std::vector<float> logits;       // [M, rank vocab] then [M, max vocab slice] padded
+  std::vector<float> gathered;     // [tp, M, max vocab slice]
+  TreeAttentionScratch attention;  // attention scratch
+};
+
+class CpuCausalLm final : public CausalLm {
+ public:
+  CpuCausalLm(const ModelConfig& config, const LmOptions& options, TpPlan plan, int num_pages)
+      : config_(config),
+        options_(options),
+        plan_(std::move(plan)),
+        cache_(num_pages, options.kv_page_size),
+        inv_freq_(RopeInverseFrequencies(config)) {}
+
+  ~CpuCausalLm() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    start_cv_.notify_all();
+    for (std::thread& t : workers_) t.join();
+  }
+
+  // Takes the ranks over and starts a worker thread for each rank but the first.
+  void Start(std::vector<std::unique_ptr<Rank>> ranks) {
+    ranks_ = std::move(ranks);
+    for (auto& r : ranks_) pools_.push_back(r->kv.get());
+    for (int r = 1; r < static_cast<int>(ranks_.size()); ++r) {
+      workers_.emplace_back([this, r] { WorkerLoop(r); });
+    }
+  }
+
+  const ModelConfig& config() const override { return config_; }
+  int tensor_parallel() const override { return plan_.world_size(); }
+  std::string device() const override { return "cpu"; }
+
+  SeqId CreateSequence() override { return cache_.CreateSequence(); }
+  void FreeSequence(SeqId seq) override { cache_.Free(seq); }
+  PagedKvCache& kv_cache() override { return cache_; }
+
+  absl::StatusOr<std::vector<float>> Forward(absl::Span<const SeqTree> batch) override;
+
+  void Commit(SeqId seq, int committed_len, absl::Span<const int> path) override {
+    CommitPath(cache_, pools_, seq, committed_len, path);
+  }
+  void Truncate(SeqId seq, int len) override { cache_.Truncate(seq, len); }
+
+ private:
+  absl::Status Validate(absl::Span<const SeqTree> batch);
+  absl::Status ReserveAll(absl::Span<const SeqTree> batch);
+  void BuildPlan(absl::Span<const SeqTree> batch, BatchPlan& plan) const;
+
+  void RunRanks(const BatchPlan& plan);
+  void WorkerLoop(int rank);
+
+  // The forward pass of one rank.
+  void RankForward(Rank& r, const BatchPlan& b) const;
+  void Embed(Rank& r, const BatchPlan& b) const;
+  void Attention(Rank& r, const BatchPlan& b, int layer) const;
+  void Mlp(Rank& r, int num_rows, int layer) const;
+  void LmHead(Rank& r, const BatchPlan& b) const;
+
+  const ModelConfig config_;
+  const LmOptions options_;
+  const TpPlan plan_;
+  PagedKvCache cache_;
+  const std::vector<float> inv_freq_;  // [head_dim / 2]
+  std::vector<std::unique_ptr<Rank>> ranks_;
+  std::vector<KvPool*> pools_;  // [tp] every rank's pool, for CommitPath
+
+  // Hand-off to the worker threads: a new `generation_` means "run `job_`".
+  std::mutex mu_;
+  std::condition_variable start_cv_, done_cv_;
+  const BatchPlan* job_ = nullptr;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+  std::vector<std::thread> workers_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The forward pass (one rank). Reads like the math; shapes are per rank.
+
+// The aligned comments are the math; keep clang-format from collapsing them.
+// clang-format off
+void CpuCausalLm::RankForward(Rank& r, const BatchPlan& b) const {
+  const int m = b.num_rows, hidden = config_.hidden_size;
+  const float eps = config_.rms_norm_eps;
+  r.h.resize(static_cast<size_t>(m) * hidden);
+  r.out.resize(static_cast<size_t>(m) * hidden);
+
+  Embed(r, b);                                                  // x = embed[tokens]
+  for (int l = 0; l < config_.num_layers; ++l) {
+    const LayerWeights& w = r.w.layers[l];
+    RmsNorm(r.x.data(), w.input_norm.data(), m, hidden, eps, r.h.data());
+    Attention(r, b, l);                                         // out = o_proj(attn(h))
+    r.comm->AllReduceSum(absl::MakeSpan(r.out));
+    AddInPlace(r.out.data(), r.out.size(), r.x.data());         // x += out
+    RmsNorm(r.x.data(), w.post_norm.data(), m, hidden, eps, r.h.data());
+    Mlp(r, m, l);                                               // out = mlp(h)
+    r.comm->AllReduceSum(absl::MakeSpan(r.out));
+    AddInPlace(r.out.data(), r.out.size(), r.x.data());         // x += out
+  }
+  RmsNorm(r.x.data(), r.w.final_norm.data(), m, hidden, eps, r.h.data());
+  LmHead(r, b);                                                 // logits = h · headᵀ
+}
+// clang-format on
+
+// x [M, hidden] = embed[tokens]. Vocab-parallel: a rank fills the rows of the tokens in its
+// slice and zeros elsewhere; the all-reduce adds exact zeros, so every TP size gets the same x.
+void CpuCausalLm::Embed(Rank& r, const BatchPlan& b) const {
+  const int hidden = config_.hidden_size;
+  r.x.assign(static_cast<size_t>(b.num_rows) * hidden, 0.0f);
+  for (int i = 0; i < b.num_rows; ++i) {
+    const int32_t t = b.tokens[i];
+    if (t < r.plan.vocab_begin || t >= r.plan.vocab_end) continue;
+    const float* row = r.w.embed.row(t - r.plan.vocab_begin);  // [hidden]
+    std::copy(row, row + hidden, r.x.begin() + static_cast<size_t>(i) * hidden);
+  }
+  r.comm->AllReduceSum(absl::MakeSpan(r.x));
+}
+
+// out [M, hidden] = o_proj(tree attention of h [M, hidden]) over this rank's heads; writes the
+// new nodes' K/V to their slots first.
+void CpuCausalLm::Attention(Rank& r, const BatchPlan& b, int layer) const {
+  const LayerWeights& w = r.w.layers[layer];
+  const int m = b.num_rows, hidden = config_.hidden_size, d = config_.head_dim;
+  const int hq = r.plan.num_q_heads(), hkv = r.plan.num_kv_heads();
+  r.q.resize(static_cast<size_t>(m) * hq * d);
+  r.k.resize(static_cast<size_t>(m) * hkv * d);
+  r.v.resize(static_cast<size_t>(m) * hkv * d);
+  r.attn.resize(static_cast<size_t>(m) * hq * d);
+
+  MatMul(r.h.data(), w.wq.data(), m, hq * d, hidden, r.q.data());   // q = h · Wqᵀ
+  MatMul(r.h.data(), w.wk.data(), m, hkv * d, hidden, r.k.data());  // k = h · Wkᵀ
+  MatMul(r.h.data(), w.wv.data(), m, hkv * d, hidden, r.v.data());  // v = h · Wvᵀ
+  if (config_.qkv_bias) {                                           // Qwen2
+    AddBias(w.bq.data(), m, hq * d, r.q.data());
+    AddBias(w.bk.data(), m, hkv * d, r.k.data());
+    AddBias(w.bv.data(), m, hkv * d, r.v.data());
+  }
+  if (config_.qk_norm) {  // Qwen3: per head
+    RmsNorm(r.q.data(), w.q_norm.data(), m * hq, d, config_.rms_norm_eps, r.q.data());
+    RmsNorm(r.k.data(), w.k_norm.data(), m * hkv, d, config_.rms_norm_eps, r.k.data());
+  }
+  ApplyRope(b.rope_cos.data(), b.rope_sin.data(), m, hq, d, r.q.data());
+  ApplyRope(b.rope_cos.data(), b.rope_sin.data(), m, hkv, d, r.k.data());
+
+  const size_t kv_width = static_cast<size_t>(hkv) * d;
+  for (int i = 0; i < m; ++i) {  // cache[L + node] = k, v
+    std::copy_n(r.k.data() + i * kv_width, kv_width,
+                r.kv->K(layer, b.slot_page[i], b.slot_offset[i]));
+    std::copy_n(r.v.data() + i * kv_width, kv_width,
+                r.kv->V(layer, b.slot_page[i], b.slot_offset[i]));
+  }
+
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  for (const BatchPlan::Seq& s : b.seqs) {
+    TreeAttentionSeq view{s.pages, s.committed_len, s.num_nodes, s.first_new, s.mask};
+    const size_t row0 = static_cast<size_t>(s.first_row) * hq * d;
+    TreeAttention(*r.kv, layer, options_.kv_page_size, view, r.kv_head_of_q, scale,
+                  r.q.data() + row0, r.attn.data() + row0, &r.attention);
+  }
+  MatMul(r.attn.data(), w.wo.data(), m, hidden, hq * d, r.out.data());  // out = attn · Woᵀ
+}
+
+// out [M, hidden] = down(silu(gate(h)) * up(h)) over this rank's MLP columns.
+void CpuCausalLm::Mlp(Rank& r, int m, int layer) const {
+  const LayerWeights& w = r.w.layers[layer];
+  const int hidden = config_.hidden_size, f = r.plan.mlp_width();
+  r.gate.resize(static_cast<size_t>(m) * f);
+  r.up.resize(static_cast<size_t>(m) * f);
+  MatMul(r.h.data(), w.w_gate.data(), m, f, hidden, r.gate.data());  // [M, f]
+  MatMul(r.h.data(), w.w_up.data(), m, f, hidden, r.up.data());      // [M, f]
+  SiluMul(r.gate.data(), r.up.data(), r.gate.size(), r.gate.data());
+  if (f == 0) {  // a rank with no MLP columns contributes zeros to the all-reduce
+    std::fill(r.out.begin(), r.out.end(), 0.0f);
+    return;
+  }
+  MatMul(r.gate.data(), w.w_down.data(), m, hidden, f, r.out.data());
+}
+
+// Logits of this rank's vocab slice, gathered into b.logits [M, vocab] on rank 0.
+void CpuCausalLm::LmHead(Rank& r, const BatchPlan& b) const {
+  const int m = b.num_rows, hidden = config_.hidden_size, vr = r.plan.vocab_size();
+  const Tensor& head = config_.tie_word_embeddings ? r.w.embed : r.w.lm_head;  // [vr, hidden]
+  const int tp = plan_.world_size();
+  if (tp == 1) {
+    MatMul(r.h.data(), head.data(), m, vr, hidden, b.logits);
+    return;
+  }
+  const int width = plan_.max_vocab_slice();
+  r.logits.resize(static_cast<size_t>(m) * width);
+  MatMul(r.h.data(), head.data(), m, vr, hidden, r.logits.data());  // [M, vr]
+  for (int i = m - 1; i >= 0; --i) {                                // pad rows to `width`
+    std::copy_backward(r.logits.begin() + static_cast<size_t>(i) * vr,
+                       r.logits.begin() + static_cast<size_t>(i + 1) * vr,
+                       r.logits.begin() + static_cast<size_t>(i) * width + vr);
+  }
+  r.gathered.resize(static_cast<size_t>(tp) * m * width);
+  r.comm->AllGather(r.logits, absl::MakeSpan(r.gathered));  // [tp, M, width]
+  if (r.comm->rank() != 0) return;
+  const int vocab = config_.vocab_size;
+  for (int src = 0; src < tp; ++src) {
+    const TpRankPlan& p = plan_.ranks[src];
+    for (int i = 0; i < m; ++i) {
+      const float* from = r.gathered.data() + (static_cast<size_t>(src) * m + i) * width;
+      std::copy_n(from, p.vocab_size(), b.logits + static_cast<size_t>(i) * vocab + p.vocab_begin);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Batch validation, slot reservation and planning (the calling thread).
+
+absl::Status CpuCausalLm::Validate(absl::Span<const SeqTree> batch) {
+  absl::flat_hash_set<SeqId> seen;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const SeqTree& s = batch[b];
+    const std::string where = absl::StrCat("batch entry ", b, " (sequence ", s.seq, "): ");
+    if (!seen.insert(s.seq).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "sequence appears more than once in the batch"));
+    }
+    // Reserving 0 slots changes nothing; it only tells whether the sequence exists.
+    if (!cache_.Reserve(s.seq, 0).ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "unknown sequence"));
+    }
+    const int n = static_cast<int>(s.tokens.size());
+    if (n == 0) return absl::InvalidArgumentError(absl::StrCat(where, "empty tree"));
+    if (s.parents.size() != s.tokens.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, s.tokens.size(), " tokens but ", s.parents.size(), " parents"));
+    }
+    for (int i = 0; i < n; ++i) {
+      if (s.tokens[i] < 0 || s.tokens[i] >= config_.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat(where, "token id ", s.tokens[i], " of node ",
+                                                       i, " out of range [0, ", config_.vocab_size,
+                                                       ")"));
+      }
+      if (s.parents[i] < -1 || s.parents[i] >= i) {
+        return absl::InvalidArgumentError(absl::StrCat(where, "parent ", s.parents[i], " of node ",
+                                                       i, " out of range [-1, ", i, ")"));
+      }
+    }
+    if (s.first_new < 0 || s.first_new > n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "first_new ", s.first_new, " out of range [0, ", n, "]"));
+    }
+    const int reserved = cache_.num_reserved_slots(s.seq);
+    if (s.committed_len < 0 || s.committed_len + s.first_new > reserved) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "committed_len ", s.committed_len, " + first_new ", s.first_new,
+                       " exceeds the sequence's ", reserved, " reserved slots"));
+    }
+    if (static_cast<int64_t>(s.committed_len) + n > config_.max_position_embeddings) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "committed_len ", s.committed_len,
+                                                     " + ", n, " nodes exceeds the context of ",
+                                                     config_.max_position_embeddings, " tokens"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Reserves slots [0, L + n) of every sequence, all or nothing.
+absl::Status CpuCausalLm::ReserveAll(absl::Span<const SeqTree> batch) {
+  std::vector<int> before(batch.size());
+  for (size_t b = 0; b < batch.size(); ++b) {
+    before[b] = cache_.num_reserved_slots(batch[b].seq);
+    const int need = batch[b].committed_len + static_cast<int>(batch[b].tokens.size());
+    absl::Status status = cache_.Reserve(batch[b].seq, need);
+    if (!status.ok()) {
+      for (size_t u = 0; u < b; ++u) cache_.Truncate(batch[u].seq, before[u]);
+      return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
+void CpuCausalLm::BuildPlan(absl::Span<const SeqTree> batch, BatchPlan& plan) const {
+  const int half = config_.head_dim / 2, ps = options_.kv_page_size;
+  std::vector<int> positions;
+  for (const SeqTree& s : batch) {
+    BatchPlan::Seq seq;
+    seq.pages = cache_.Pages(s.seq);
+    seq.mask = AncestorMask(s.parents);
+    seq.committed_len = s.committed_len;
+    seq.num_nodes = static_cast<int>(s.tokens.size());
+    seq.first_new = s.first_new;
+    seq.first_row = plan.num_rows;
+    const std::vector<int32_t> depth = NodeDepths(s.parents);
+    for (int i = s.first_new; i < seq.num_nodes; ++i) {
+      const int slot = s.committed_len + i;
+      plan.tokens.push_back(s.tokens[i]);
+      plan.slot_page.push_back(seq.pages[slot / ps]);
+      plan.slot_offset.push_back(slot % ps);
+      positions.push_back(s.committed_len + depth[i]);
+    }
+    plan.num_rows += seq.num_nodes - seq.first_new;
+    plan.seqs.push_back(std::move(seq));
+  }
+  plan.rope_cos.resize(static_cast<size_t>(plan.num_rows) * half);
+  plan.rope_sin.resize(static_cast<size_t>(plan.num_rows) * half);
+  RopeTables(inv_freq_, config_.rope_scaling.attention_factor, positions, plan.rope_cos.data(),
+             plan.rope_sin.data());
+}
+
+absl::StatusOr<std::vector<float>> CpuCausalLm::Forward(absl::Span<const SeqTree> batch) {
+  RETURN_IF_ERROR(Validate(batch));
+  RETURN_IF_ERROR(ReserveAll(batch));
+  BatchPlan plan;
+  BuildPlan(batch, plan);
+  std::vector<float> logits(static_cast<size_t>(plan.num_rows) * config_.vocab_size);
+  if (plan.num_rows == 0) return logits;
+  plan.logits = logits.data();
+  RunRanks(plan);
+  return logits;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rank threads.
+
+void CpuCausalLm::RunRanks(const BatchPlan& plan) {
+  const int tp = plan_.world_size();
+  if (tp > 1) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job_ = &plan;
+      pending_ = tp - 1;
+      ++generation_;
+    }
+    start_cv_.notify_all();
+  }
+  RankForward(*ranks_[0], plan);
+  if (tp > 1) {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [&] { return pending_ == 0; });
+    job_ = nullptr;
+  }
+}
+
+void CpuCausalLm::WorkerLoop(int rank) {
+  uint64_t seen = 0;
+  for (;;) {
+    const BatchPlan* job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      job = job_;
+    }
+    RankForward(*ranks_[rank], *job);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (--pending_ == 0) done_cv_.notify_one();
+    }
+  }
+}
+
+absl::Status ValidateConfig(const ModelConfig& c, const LmOptions& o) {
+  auto bad = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
+  if (c.vocab_size < 1 || c.hidden_size < 1 || c.num_layers < 1 || c.head_dim < 2 ||
+      c.head_dim % 2 != 0 || c.intermediate_size < 1 || c.num_q_heads < 1 || c.num_kv_heads < 1 ||
+      c.max_position_embeddings < 1) {
+    return bad("model config has a non-positive size or an odd head_dim (vocab ", c.vocab_size,
+               ", hidden ", c.hidden_size, ", layers ", c.num_layers, ", head_dim ", c.head_dim,
+               ", intermediate ", c.intermediate_size, ", heads ", c.num_q_heads, "/",
+               c.num_kv_heads, ", context ", c.max_position_embeddings, ")");
+  }
+  if (o.kv_page_size < 1) return bad("kv_page_size must be positive, got ", o.kv_page_size);
+  if (o.kv_pages < 0) return bad("kv_pages must be >= 0, got ", o.kv_pages);
+  if (o.kv_pages == 0 && o.max_batch < 1) {
+    return bad("max_batch must be positive to size the KV cache, got ", o.max_batch);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CausalLm>> CreateCpuCausalLm(const ModelConfig& config,
+                                                            ModelWeights weights,
+                                                            const LmOptions& options) {
+  RETURN_IF_ERROR(ValidateConfig(config, options));
+  RETURN_IF_ERROR(ValidateWeightShapes(config, weights));
+  ASSIGN_OR_RETURN(TpPlan plan, MakeTpPlan(config, options.tensor_parallel));
+  const int64_t pages_per_seq =
+      (static_cast<int64_t>(config.max_position_embeddings) + options.kv_page_size - 1) /
+      options.kv_page_size;
+  const int64_t num_pages =
+      options.kv_pages > 0 ? options.kv_pages : options.max_batch * pages_per_seq;
+  if (num_pages > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV cache of ", num_pages, " pages is too large; set kv_pages"));
+  }
+
+  const int tp = plan.world_size();
+  std::vector<std::unique_ptr<Rank>> ranks;
+  std::vector<std::unique_ptr<Communicator>> comms = CreateInProcessCommunicators(tp);
+  for (int r = 0; r < tp; ++r) {
+    auto rank = std::make_unique<Rank>();
+    rank->plan = plan.ranks[r];
+    if (tp == 1) {
+      rank->w = std::move(weights);
+    } else {
+      ASSIGN_OR_RETURN(rank->w, ShardWeights(config, weights, plan, r));
+    }
+    rank->kv =
+        std::make_unique<KvPool>(config.num_layers, static_cast<int>(num_pages),
+                                 options.kv_page_size, rank->plan.num_kv_heads(), config.head_dim);
+    rank->comm = std::move(comms[r]);
+    for (int h = rank->plan.q_head_begin; h < rank->plan.q_head_end; ++h) {
+      rank->kv_head_of_q.push_back(h / plan.group_size - rank->plan.kv_head_begin);
+    }
+    ranks.push_back(std::move(rank));
+  }
+  weights = ModelWeights();  // the shards are copies; release the full weights now
+
+  auto lm =
+      std::make_unique<CpuCausalLm>(config, options, std::move(plan), static_cast<int>(num_pages));
+  lm->Start(std::move(ranks));
+  return std::unique_ptr<CausalLm>(std::move(lm));
+}
+
+absl::StatusOr<std::unique_ptr<CausalLm>> LoadCpuCausalLm(const std::string& model_dir,
+                                                          const LmOptions& options) {
+  ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
+  ASSIGN_OR_RETURN(ModelWeights weights, LoadModelWeights(model_dir, config));
+  return CreateCpuCausalLm(config, std::move(weights), options);
+}
+
+}  // namespace treespec

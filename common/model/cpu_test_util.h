@@ -1,0 +1,81 @@
+// Test-only helpers for the CPU model: small configs and seeded random weights in memory.
+#ifndef TREESPEC_COMMON_MODEL_CPU_TEST_UTIL_H_
+#define TREESPEC_COMMON_MODEL_CPU_TEST_UTIL_H_
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "common/model/config.h"
+#include "common/model/weights.h"
+
+namespace treespec::testing {
+
+// A small Llama-shaped config: 8 q / 4 kv heads of 16, tied embeddings.
+inline ModelConfig SmallLlamaConfig() {
+  ModelConfig c;
+  c.architecture = "LlamaForCausalLM";
+  c.vocab_size = 512;
+  c.hidden_size = 128;
+  c.intermediate_size = 320;
+  c.num_layers = 2;
+  c.num_q_heads = 8;
+  c.num_kv_heads = 4;
+  c.head_dim = 16;
+  c.max_position_embeddings = 256;
+  c.rms_norm_eps = 1e-5f;
+  c.rope_theta = 10000.0f;
+  c.tie_word_embeddings = true;
+  return c;
+}
+
+// The shape of the embedded tiny target (DESIGN §5): 6 layers × 256, 8 q / 4 kv heads, MLP 704,
+// vocab 4096, tied embeddings.
+inline ModelConfig TinyTargetConfig() {
+  ModelConfig c = SmallLlamaConfig();
+  c.vocab_size = 4096;
+  c.hidden_size = 256;
+  c.intermediate_size = 704;
+  c.num_layers = 6;
+  c.head_dim = 32;
+  c.max_position_embeddings = 2048;
+  return c;
+}
+
+// Uniform in [-a, a] with a = sqrt(3) * sigma, so the standard deviation is sigma.
+inline void FillUniform(std::mt19937_64& rng, float center, float sigma, Tensor& t) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const float a = std::sqrt(3.0f) * sigma;
+  for (float& v : t.span()) v = center + a * u(rng);
+}
+
+// Seeded random weights that keep activations O(1) and logits spread over a few units:
+// projections have std 1/sqrt(in_features), norms 1 ± 0.2, biases std 0.3, and the
+// embedding / LM head std 3/sqrt(hidden) (logit std ≈ 3 after the final norm).
+inline ModelWeights RandomWeights(const ModelConfig& config, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  ModelWeights w;
+  ForEachTensor(config, w, [&](TensorSlot& slot) {
+    if (!slot.present) return;
+    *slot.tensor = Tensor(slot.shape);
+    const std::string& name = slot.hf_name;
+    if (absl::EndsWith(name, "norm.weight")) {
+      FillUniform(rng, 1.0f, 0.2f, *slot.tensor);
+    } else if (absl::EndsWith(name, ".bias")) {
+      FillUniform(rng, 0.0f, 0.3f, *slot.tensor);
+    } else if (absl::StrContains(name, "embed_tokens") || absl::StrContains(name, "lm_head")) {
+      FillUniform(rng, 0.0f, 3.0f / std::sqrt(static_cast<float>(config.hidden_size)),
+                  *slot.tensor);
+    } else {
+      FillUniform(rng, 0.0f, 1.0f / std::sqrt(static_cast<float>(slot.shape[1])), *slot.tensor);
+    }
+  });
+  return w;
+}
+
+}  // namespace treespec::testing
+
+#endif  // TREESPEC_COMMON_MODEL_CPU_TEST_UTIL_H_

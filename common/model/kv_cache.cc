@@ -1,0 +1,177 @@
+#include "common/model/kv_cache.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace treespec {
+namespace {
+
+// Programmer errors (a slot that was never reserved, a malformed path) abort with a message.
+[[noreturn]] void Fatal(const std::string& message) {
+  std::fprintf(stderr, "kv_cache: %s\n", message.c_str());
+  std::abort();
+}
+
+}  // namespace
+
+KvPool::KvPool(int num_layers, int num_pages, int page_size, int num_kv_heads, int head_dim)
+    : num_layers_(num_layers),
+      num_pages_(num_pages),
+      page_size_(page_size),
+      num_kv_heads_(num_kv_heads),
+      head_dim_(head_dim),
+      k_(static_cast<size_t>(num_layers) * num_pages * page_size * num_kv_heads * head_dim),
+      v_(k_.size()) {}
+
+namespace {
+inline size_t SlotOffset(int layer, int page, int offset, int num_pages, int page_size,
+                         int slot_width) {
+  return ((static_cast<size_t>(layer) * num_pages + page) * page_size + offset) * slot_width;
+}
+}  // namespace
+
+float* KvPool::K(int layer, int page, int offset) {
+  return k_.data() +
+         SlotOffset(layer, page, offset, num_pages_, page_size_, num_kv_heads_ * head_dim_);
+}
+float* KvPool::V(int layer, int page, int offset) {
+  return v_.data() +
+         SlotOffset(layer, page, offset, num_pages_, page_size_, num_kv_heads_ * head_dim_);
+}
+const float* KvPool::K(int layer, int page, int offset) const {
+  return k_.data() +
+         SlotOffset(layer, page, offset, num_pages_, page_size_, num_kv_heads_ * head_dim_);
+}
+const float* KvPool::V(int layer, int page, int offset) const {
+  return v_.data() +
+         SlotOffset(layer, page, offset, num_pages_, page_size_, num_kv_heads_ * head_dim_);
+}
+
+void KvPool::CopySlot(int src_page, int src_offset, int dst_page, int dst_offset) {
+  const size_t width = static_cast<size_t>(num_kv_heads_) * head_dim_;
+  for (int layer = 0; layer < num_layers_; ++layer) {
+    std::memcpy(K(layer, dst_page, dst_offset), K(layer, src_page, src_offset),
+                width * sizeof(float));
+    std::memcpy(V(layer, dst_page, dst_offset), V(layer, src_page, src_offset),
+                width * sizeof(float));
+  }
+}
+
+PagedKvCache::PagedKvCache(int num_pages, int page_size)
+    : num_pages_(num_pages), page_size_(page_size) {
+  // Popped from the back, so a fresh cache hands out pages 0, 1, 2, ...
+  free_list_.reserve(num_pages);
+  for (int p = num_pages - 1; p >= 0; --p) free_list_.push_back(p);
+}
+
+int PagedKvCache::free_pages() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(free_list_.size());
+}
+
+SeqId PagedKvCache::CreateSequence() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const SeqId id = next_id_++;
+  tables_[id];
+  return id;
+}
+
+absl::Status PagedKvCache::Reserve(SeqId seq, int num_slots) {
+  if (num_slots < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("negative slot count ", num_slots));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = tables_.find(seq);
+  if (it == tables_.end()) return absl::NotFoundError(absl::StrCat("unknown sequence ", seq));
+  std::vector<int>& pages = it->second;
+  const size_t needed = (static_cast<size_t>(num_slots) + page_size_ - 1) / page_size_;
+  if (needed <= pages.size()) return absl::OkStatus();
+  const size_t more = needed - pages.size();
+  if (more > free_list_.size()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("KV cache out of pages: sequence ", seq, " needs ", more, " more page(s) of ",
+                     page_size_, " slots, ", free_list_.size(), " of ", num_pages_, " free"));
+  }
+  for (size_t i = 0; i < more; ++i) {
+    pages.push_back(free_list_.back());
+    free_list_.pop_back();
+  }
+  return absl::OkStatus();
+}
+
+void PagedKvCache::Truncate(SeqId seq, int num_slots) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = tables_.find(seq);
+  if (it == tables_.end()) return;
+  std::vector<int>& pages = it->second;
+  const size_t keep = (static_cast<size_t>(std::max(num_slots, 0)) + page_size_ - 1) / page_size_;
+  while (pages.size() > keep) {
+    free_list_.push_back(pages.back());
+    pages.pop_back();
+  }
+}
+
+void PagedKvCache::Free(SeqId seq) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = tables_.find(seq);
+  if (it == tables_.end()) return;
+  for (auto p = it->second.rbegin(); p != it->second.rend(); ++p) free_list_.push_back(*p);
+  tables_.erase(it);
+}
+
+int PagedKvCache::num_reserved_slots(SeqId seq) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = tables_.find(seq);
+  if (it == tables_.end()) return 0;
+  return static_cast<int>(it->second.size()) * page_size_;
+}
+
+std::pair<int, int> PagedKvCache::Locate(SeqId seq, int slot) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = tables_.find(seq);
+  if (it == tables_.end()) Fatal(absl::StrCat("Locate: unknown sequence ", seq));
+  const int page_index = slot / page_size_;
+  if (slot < 0 || page_index >= static_cast<int>(it->second.size())) {
+    Fatal(absl::StrCat("Locate: slot ", slot, " of sequence ", seq, " is not reserved"));
+  }
+  return {it->second[page_index], slot % page_size_};
+}
+
+std::vector<int> PagedKvCache::Pages(SeqId seq) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = tables_.find(seq);
+  if (it == tables_.end()) return {};
+  return it->second;
+}
+
+void CommitPath(PagedKvCache& cache, absl::Span<KvPool* const> pools, SeqId seq, int committed_len,
+                absl::Span<const int> path) {
+  if (path.empty() || path[0] != 0) Fatal("CommitPath: path must start at node 0");
+  for (size_t j = 1; j < path.size(); ++j) {
+    if (path[j] <= path[j - 1]) Fatal("CommitPath: path must be strictly increasing");
+  }
+  const int k = static_cast<int>(path.size()) - 1;
+  const std::vector<int> pages = cache.Pages(seq);
+  const int reserved = static_cast<int>(pages.size()) * cache.page_size();
+  if (committed_len < 0 || committed_len + path.back() >= reserved) {
+    Fatal(absl::StrCat("CommitPath: node ", path.back(), " after ", committed_len,
+                       " committed slots is beyond the ", reserved, " reserved slots of sequence ",
+                       seq));
+  }
+  const int ps = cache.page_size();
+  // Ascending j is safe in place: path[j] >= j, so a source is never an earlier destination.
+  for (int j = 1; j <= k; ++j) {
+    if (path[j] == j) continue;
+    const int src = committed_len + path[j], dst = committed_len + j;
+    for (KvPool* pool : pools) {
+      pool->CopySlot(pages[src / ps], src % ps, pages[dst / ps], dst % ps);
+    }
+  }
+  cache.Truncate(seq, committed_len + k + 1);
+}
+
+}  // namespace treespec

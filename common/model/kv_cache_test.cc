@@ -1,0 +1,124 @@
+#include "common/model/kv_cache.h"
+
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace treespec {
+namespace {
+
+TEST(PagedKvCacheTest, ReserveTruncateFreeAccounting) {
+  PagedKvCache cache(/*num_pages=*/10, /*page_size=*/16);
+  EXPECT_EQ(cache.free_pages(), 10);
+  const SeqId a = cache.CreateSequence(), b = cache.CreateSequence();
+  EXPECT_NE(a, b);
+  EXPECT_EQ(cache.num_reserved_slots(a), 0);
+
+  ASSERT_TRUE(cache.Reserve(a, 1).ok());
+  EXPECT_EQ(cache.num_reserved_slots(a), 16);
+  EXPECT_EQ(cache.free_pages(), 9);
+  ASSERT_TRUE(cache.Reserve(a, 16).ok());  // already covered
+  EXPECT_EQ(cache.free_pages(), 9);
+  ASSERT_TRUE(cache.Reserve(a, 33).ok());
+  EXPECT_EQ(cache.num_reserved_slots(a), 48);
+  EXPECT_EQ(cache.free_pages(), 7);
+  ASSERT_TRUE(cache.Reserve(b, 20).ok());
+  EXPECT_EQ(cache.free_pages(), 5);
+
+  // Locate follows the page table.
+  const std::vector<int> pages = cache.Pages(a);
+  ASSERT_EQ(pages.size(), 3u);
+  EXPECT_EQ(cache.Locate(a, 0), std::make_pair(pages[0], 0));
+  EXPECT_EQ(cache.Locate(a, 17), std::make_pair(pages[1], 1));
+  EXPECT_EQ(cache.Locate(a, 47), std::make_pair(pages[2], 15));
+
+  cache.Truncate(a, 17);  // keeps the page holding slot 16
+  EXPECT_EQ(cache.num_reserved_slots(a), 32);
+  EXPECT_EQ(cache.free_pages(), 6);
+  cache.Truncate(a, 32);  // nothing wholly beyond 32
+  EXPECT_EQ(cache.num_reserved_slots(a), 32);
+  cache.Truncate(a, 0);
+  EXPECT_EQ(cache.num_reserved_slots(a), 0);
+  EXPECT_EQ(cache.free_pages(), 8);
+
+  cache.Free(b);
+  EXPECT_EQ(cache.free_pages(), 10);
+  EXPECT_EQ(cache.Reserve(b, 1).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(cache.Reserve(a, -1).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PagedKvCacheTest, ExhaustionIsAllOrNothingAndCacheStaysUsable) {
+  PagedKvCache cache(4, 8);
+  const SeqId a = cache.CreateSequence(), b = cache.CreateSequence();
+  ASSERT_TRUE(cache.Reserve(a, 24).ok());       // 3 pages
+  const absl::Status s = cache.Reserve(b, 17);  // needs 3, 1 free
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_EQ(cache.num_reserved_slots(b), 0);  // no partial reservation
+  EXPECT_EQ(cache.free_pages(), 1);
+  ASSERT_TRUE(cache.Reserve(b, 8).ok());
+  EXPECT_EQ(cache.free_pages(), 0);
+  EXPECT_EQ(cache.Reserve(a, 25).code(), absl::StatusCode::kResourceExhausted);
+  cache.Free(a);
+  ASSERT_TRUE(cache.Reserve(b, 32).ok());
+  EXPECT_EQ(cache.free_pages(), 0);
+}
+
+// Fills element e of every slot s of layer l with s * 100 + l * 10 + e (K) and its negation (V).
+void Stamp(PagedKvCache& cache, KvPool& pool, SeqId seq, int layers, int slots) {
+  for (int l = 0; l < layers; ++l) {
+    for (int s = 0; s < slots; ++s) {
+      auto [page, off] = cache.Locate(seq, s);
+      for (int e = 0; e < 2 * 3; ++e) {
+        pool.K(l, page, off)[e] = s * 100 + l * 10 + e;
+        pool.V(l, page, off)[e] = -(s * 100 + l * 10 + e);
+      }
+    }
+  }
+}
+
+TEST(CommitPathTest, MovesAcceptedSlotsInEveryPoolAndTruncates) {
+  const int layers = 2, ps = 4;
+  PagedKvCache cache(8, ps);
+  KvPool pool0(layers, 8, ps, /*kv_heads=*/2, /*head_dim=*/3);
+  KvPool pool1(layers, 8, ps, 2, 3);
+  const SeqId seq = cache.CreateSequence();
+  const int L = 5, n = 12;
+  ASSERT_TRUE(cache.Reserve(seq, L + n).ok());
+  Stamp(cache, pool0, seq, layers, L + n);
+  Stamp(cache, pool1, seq, layers, L + n);
+  const std::vector<int> path = {0, 1, 4, 9, 10};  // j=1 stays, then 4->2, 9->3, 10->4
+  KvPool* pools[] = {&pool0, &pool1};
+  CommitPath(cache, pools, seq, L, path);
+  EXPECT_EQ(cache.num_reserved_slots(seq), 12);  // L + k + 1 = 10 slots -> 3 pages
+  for (KvPool* pool : pools) {
+    for (int l = 0; l < layers; ++l) {
+      for (int s = 0; s < L + 5; ++s) {
+        const int src = s < L ? s : L + path[s - L];  // committed slots never move
+        auto [page, off] = cache.Locate(seq, s);
+        EXPECT_EQ(pool->K(l, page, off)[5], src * 100 + l * 10 + 5) << "slot " << s;
+        EXPECT_EQ(pool->V(l, page, off)[0], -(src * 100 + l * 10)) << "slot " << s;
+      }
+    }
+  }
+}
+
+TEST(KvPoolTest, CopySlotCopiesEveryLayerOnly) {
+  KvPool pool(3, 2, 2, 1, 4);
+  for (int l = 0; l < 3; ++l) {
+    for (int e = 0; e < 4; ++e) {
+      pool.K(l, 1, 1)[e] = l + e;
+      pool.V(l, 1, 1)[e] = -(l + e);
+    }
+  }
+  pool.CopySlot(1, 1, 0, 0);
+  for (int l = 0; l < 3; ++l) {
+    for (int e = 0; e < 4; ++e) {
+      EXPECT_EQ(pool.K(l, 0, 0)[e], l + e);
+      EXPECT_EQ(pool.V(l, 0, 0)[e], -(l + e));
+      EXPECT_EQ(pool.K(l, 0, 1)[e], 0.0f);  // neighbours untouched
+    }
+  }
+}
+
+}  // namespace
+}  // namespace treespec

@@ -1,0 +1,232 @@
+// LoadModelWeights: Hugging Face safetensors checkpoints (one file, or shards listed by
+// model.safetensors.index.json) into fp32 ModelWeights.
+//
+// Tensors in the checkpoint that the config does not use:
+//   - `*.rotary_emb.inv_freq` (old checkpoints saved the RoPE buffer): ignored.
+//   - `lm_head.weight` of a tied model: fine when it equals the embedding (as tied checkpoints
+//     store it); an error when it differs, because then config.json's tie_word_embeddings is
+//     wrong and the output projection would silently change.
+//   - any other `model.*` tensor (an o_proj bias, a q_norm on a Llama, a layer past
+//     num_hidden_layers, ...): an error, since it means config.json describes a different model.
+//   - anything else (outside the decoder, e.g. a value head): ignored.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/model/safetensors.h"
+#include "common/model/weights.h"
+#include "common/util/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace treespec {
+namespace {
+
+using Json = nlohmann::json;
+
+bool IsDirectory(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+bool IsFile(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+// The checkpoint's files and which file holds each tensor.
+struct Checkpoint {
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  absl::flat_hash_map<std::string, const SafetensorsFile*> where;
+
+  std::string FileList() const {
+    std::vector<std::string> paths;
+    for (const auto& f : files) paths.push_back(f->path());
+    return absl::StrJoin(paths, ", ");
+  }
+};
+
+absl::Status AddFile(Checkpoint& ckpt, std::unique_ptr<SafetensorsFile> file) {
+  for (const SafetensorsTensorInfo& t : file->tensors()) {
+    auto [it, inserted] = ckpt.where.emplace(t.name, file.get());
+    if (!inserted) {
+      return absl::DataLossError(absl::StrCat("tensor '", t.name, "' is in both ",
+                                              it->second->path(), " and ", file->path()));
+    }
+  }
+  ckpt.files.push_back(std::move(file));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Checkpoint> OpenSharded(const std::string& model_dir,
+                                       const std::string& index_path) {
+  std::ifstream in(index_path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(index_path, ": cannot open"));
+  std::ostringstream text;
+  text << in.rdbuf();
+  Json index;
+  try {
+    index = Json::parse(text.str());
+  } catch (const Json::exception& e) {
+    return absl::DataLossError(absl::StrCat(index_path, ": not valid JSON: ", e.what()));
+  }
+  auto map_it = index.is_object() ? index.find("weight_map") : index.end();
+  if (map_it == index.end() || !map_it->is_object()) {
+    return absl::DataLossError(absl::StrCat(index_path, ": no `weight_map` object"));
+  }
+  // Each shard opens once; sorted, so model-00001-of-... comes first in messages.
+  std::vector<std::string> shard_names;
+  absl::flat_hash_map<std::string, std::string> listed;  // tensor -> shard file name
+  for (const auto& [tensor, file] : map_it->items()) {
+    if (!file.is_string()) {
+      return absl::DataLossError(
+          absl::StrCat(index_path, ": weight_map['", tensor, "'] is not a file name"));
+    }
+    const std::string name = file.get<std::string>();
+    if (name.empty() || name[0] == '/' || absl::StrContains(name, "..")) {
+      return absl::DataLossError(absl::StrCat(index_path, ": weight_map['", tensor, "'] names '",
+                                              name, "', outside the model directory"));
+    }
+    if (std::find(shard_names.begin(), shard_names.end(), name) == shard_names.end()) {
+      shard_names.push_back(name);
+    }
+    listed[tensor] = name;
+  }
+  std::sort(shard_names.begin(), shard_names.end());
+  Checkpoint ckpt;
+  for (const std::string& name : shard_names) {
+    ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> f,
+                     SafetensorsFile::Open(model_dir + "/" + name));
+    RETURN_IF_ERROR(AddFile(ckpt, std::move(f)));
+  }
+  for (const auto& [tensor, name] : listed) {
+    auto it = ckpt.where.find(tensor);
+    const std::string path = model_dir + "/" + name;
+    if (it == ckpt.where.end() || it->second->path() != path) {
+      return absl::DataLossError(absl::StrCat(index_path, ": weight_map puts tensor '", tensor,
+                                              "' in ", name, ", but ", path,
+                                              " has no such tensor"));
+    }
+  }
+  return ckpt;
+}
+
+absl::StatusOr<Checkpoint> OpenCheckpoint(const std::string& model_dir) {
+  if (!IsDirectory(model_dir)) {
+    return absl::NotFoundError(absl::StrCat(model_dir, ": model directory does not exist"));
+  }
+  const std::string index_path = model_dir + "/model.safetensors.index.json";
+  const std::string single_path = model_dir + "/model.safetensors";
+  if (IsFile(index_path)) return OpenSharded(model_dir, index_path);
+  if (IsFile(single_path)) {
+    Checkpoint ckpt;
+    ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> f, SafetensorsFile::Open(single_path));
+    RETURN_IF_ERROR(AddFile(ckpt, std::move(f)));
+    return ckpt;
+  }
+  return absl::NotFoundError(absl::StrCat(model_dir, ": has neither model.safetensors nor ",
+                                          "model.safetensors.index.json"));
+}
+
+// Why a tensor the config expects may be missing, for the error message.
+std::string MissingHint(const std::string& name, const ModelConfig& c) {
+  if (name == "lm_head.weight") return " (config.json says tie_word_embeddings=false)";
+  if (absl::StrContains(name, "_proj.bias"))
+    return absl::StrCat(" (", c.architecture, " has q/k/v biases)");
+  if (absl::StrContains(name, "_norm.weight") && absl::StrContains(name, "self_attn")) {
+    return absl::StrCat(" (", c.architecture, " has q/k RMSNorm)");
+  }
+  return "";
+}
+
+absl::Status CheckTiedHead(const Checkpoint& ckpt, const ModelWeights& w) {
+  auto it = ckpt.where.find("lm_head.weight");
+  const SafetensorsFile& file = *it->second;
+  ASSIGN_OR_RETURN(Tensor head, file.Read("lm_head.weight"));
+  if (head.shape() != w.embed.shape()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file.path(), ": tensor 'lm_head.weight' has shape ", head.ShapeString(),
+                     " but config.json says tie_word_embeddings=true and the embedding is ",
+                     w.embed.ShapeString()));
+  }
+  for (int64_t i = 0; i < head.numel(); ++i) {
+    const float a = head.data()[i];
+    const float b = w.embed.data()[i];
+    if (a != b && !(std::isnan(a) && std::isnan(b))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          file.path(),
+          ": tensor 'lm_head.weight' differs from 'model.embed_tokens.weight' (first at ",
+          "element ", i, ": ", a, " vs ", b, ") but config.json says tie_word_embeddings=true"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ModelWeights> LoadModelWeights(const std::string& model_dir,
+                                              const ModelConfig& config) {
+  ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpoint(model_dir));
+  ModelWeights weights;
+  absl::Status status;
+  absl::flat_hash_set<std::string> used;
+  ForEachTensor(config, weights, [&](TensorSlot& slot) {
+    if (!status.ok() || !slot.present) return;
+    auto it = ckpt.where.find(slot.hf_name);
+    if (it == ckpt.where.end()) {
+      status =
+          absl::NotFoundError(absl::StrCat("tensor '", slot.hf_name, "' not found in ",
+                                           ckpt.FileList(), MissingHint(slot.hf_name, config)));
+      return;
+    }
+    const SafetensorsFile& file = *it->second;
+    const SafetensorsTensorInfo& info = *file.Find(slot.hf_name);
+    if (info.shape != slot.shape) {
+      status = absl::InvalidArgumentError(absl::StrCat(
+          file.path(), ": tensor '", slot.hf_name, "' has shape ", ShapeString(info.shape),
+          " but config.json implies ", ShapeString(slot.shape)));
+      return;
+    }
+    Tensor t(slot.shape);
+    status = file.ReadInto(info, t.span());
+    *slot.tensor = std::move(t);
+    used.insert(slot.hf_name);
+  });
+  RETURN_IF_ERROR(status);
+
+  std::vector<std::string> unexpected;
+  for (const auto& [name, file] : ckpt.where) {
+    if (used.contains(name) || absl::EndsWith(name, "rotary_emb.inv_freq")) continue;
+    if (name == "lm_head.weight" && config.tie_word_embeddings) {
+      RETURN_IF_ERROR(CheckTiedHead(ckpt, weights));
+      continue;
+    }
+    if (absl::StartsWith(name, "model.")) unexpected.push_back(name);
+  }
+  if (!unexpected.empty()) {
+    std::sort(unexpected.begin(), unexpected.end());
+    const size_t shown = std::min<size_t>(unexpected.size(), 5);
+    return absl::InvalidArgumentError(absl::StrCat(
+        ckpt.where.at(unexpected[0])->path(), ": tensor", unexpected.size() > 1 ? "s " : " ", "'",
+        absl::StrJoin(unexpected.begin(), unexpected.begin() + shown, "', '"), "'",
+        unexpected.size() > shown ? absl::StrCat(" and ", unexpected.size() - shown, " more") : "",
+        " not used by a ", config.architecture, " with this config.json (", config.num_layers,
+        " layers", config.qkv_bias ? ", q/k/v bias" : "", config.qk_norm ? ", q/k norm" : "",
+        "): the checkpoint and config.json disagree"));
+  }
+  return weights;
+}
+
+}  // namespace treespec

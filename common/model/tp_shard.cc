@@ -1,0 +1,114 @@
+#include "common/model/tp_shard.h"
+
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/util/status_macros.h"
+
+namespace treespec {
+namespace {
+
+// Rows [begin, end) of a rank-1 or rank-2 tensor (for rank 1: elements).
+Tensor CopyRows(const Tensor& t, int64_t begin, int64_t end) {
+  const int64_t width = t.rank() == 2 ? t.dim(1) : 1;
+  std::vector<int64_t> shape = t.shape();
+  shape[0] = end - begin;
+  std::vector<float> data(t.data() + begin * width, t.data() + end * width);
+  return Tensor(std::move(shape), std::move(data));
+}
+
+// Columns [begin, end) of a rank-2 tensor.
+Tensor CopyColumns(const Tensor& t, int64_t begin, int64_t end) {
+  const int64_t rows = t.dim(0), cols = t.dim(1), width = end - begin;
+  std::vector<float> data(rows * width);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(data.data() + r * width, t.data() + r * cols + begin, width * sizeof(float));
+  }
+  return Tensor({rows, width}, std::move(data));
+}
+
+// Pointers to the tensors of `weights` in ForEachTensor order.
+std::vector<const Tensor*> TensorsInOrder(const ModelConfig& config, const ModelWeights& weights) {
+  std::vector<const Tensor*> out;
+  // ForEachTensor takes a mutable ModelWeights (the loader fills it); here it only lists
+  // pointers. layers already has num_layers entries when the weights are valid, and
+  // ValidateWeightShapes checks that before anything is read.
+  ForEachTensor(config, const_cast<ModelWeights&>(weights),
+                [&](TensorSlot& slot) { out.push_back(slot.tensor); });
+  return out;
+}
+
+}  // namespace
+
+absl::Status ValidateWeightShapes(const ModelConfig& config, const ModelWeights& weights) {
+  if (static_cast<int>(weights.layers.size()) != config.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("weights have ", weights.layers.size(),
+                                                   " layers, config says ", config.num_layers));
+  }
+  absl::Status status;
+  ForEachTensor(config, const_cast<ModelWeights&>(weights), [&](TensorSlot& slot) {
+    if (!status.ok()) return;
+    const Tensor& t = *slot.tensor;
+    if (!slot.present) {
+      if (!t.empty()) {
+        status = absl::InvalidArgumentError(absl::StrCat(
+            slot.hf_name, " is present ", t.ShapeString(), " but the config does not use it"));
+      }
+      return;
+    }
+    if (t.shape() != slot.shape) {
+      status = absl::InvalidArgumentError(absl::StrCat(slot.hf_name, " has shape ", t.ShapeString(),
+                                                       ", expected [",
+                                                       absl::StrJoin(slot.shape, ", "), "]"));
+    }
+  });
+  return status;
+}
+
+absl::StatusOr<ModelWeights> ShardWeights(const ModelConfig& config, const ModelWeights& full,
+                                          const TpPlan& plan, int rank) {
+  if (rank < 0 || rank >= plan.world_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " out of range [0, ", plan.world_size(), ")"));
+  }
+  RETURN_IF_ERROR(ValidateWeightShapes(config, full));
+  const TpRankPlan& p = plan.ranks[rank];
+  const int64_t d = config.head_dim;
+  const std::vector<const Tensor*> source = TensorsInOrder(config, full);
+
+  ModelWeights shard;
+  absl::Status status;
+  size_t index = 0;
+  ForEachTensor(config, shard, [&](TensorSlot& slot) {
+    const Tensor& t = *source[index++];
+    if (!status.ok() || !slot.present) return;
+    const std::string& name = slot.hf_name;
+    auto ends = [&](const char* suffix) { return absl::EndsWith(name, suffix); };
+    if (ends("embed_tokens.weight") || ends("lm_head.weight")) {
+      *slot.tensor = CopyRows(t, p.vocab_begin, p.vocab_end);
+    } else if (ends("q_proj.weight") || ends("q_proj.bias")) {
+      *slot.tensor = CopyRows(t, p.q_head_begin * d, p.q_head_end * d);
+    } else if (ends("k_proj.weight") || ends("k_proj.bias") || ends("v_proj.weight") ||
+               ends("v_proj.bias")) {
+      *slot.tensor = CopyRows(t, p.kv_head_begin * d, p.kv_head_end * d);
+    } else if (ends("o_proj.weight")) {
+      *slot.tensor = CopyColumns(t, p.q_head_begin * d, p.q_head_end * d);
+    } else if (ends("gate_proj.weight") || ends("up_proj.weight")) {
+      *slot.tensor = CopyRows(t, p.mlp_begin, p.mlp_end);
+    } else if (ends("down_proj.weight")) {
+      *slot.tensor = CopyColumns(t, p.mlp_begin, p.mlp_end);
+    } else if (ends("layernorm.weight") || ends("norm.weight")) {
+      *slot.tensor = t.Clone();
+    } else {
+      status =
+          absl::InternalError(absl::StrCat("ShardWeights: no tensor-parallel rule for ", name));
+    }
+  });
+  if (!status.ok()) return status;
+  return shard;
+}
+
+}  // namespace treespec

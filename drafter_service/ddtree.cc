@@ -1,0 +1,129 @@
+#include "drafter_service/ddtree.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+namespace treespec {
+namespace {
+
+// A candidate prefix waiting in the heap: child `rank` of the prefix `parent_key`.
+struct HeapEntry {
+  double score;         // cumulative log-prob of the whole prefix
+  double parent_score;  // cumulative log-prob of its parent (0 for children of the bonus)
+  int32_t depth;        // 1 for children of the bonus
+  int32_t parent_out;   // output index of the parent, -1 = the bonus
+  int32_t parent_key;   // source key of the parent
+  int32_t rank;         // index into Children(parent_key)
+};
+
+// Heap order: true when `a` should pop after `b`.
+bool PopsLater(const HeapEntry& a, const HeapEntry& b) {
+  if (a.score != b.score) return a.score < b.score;
+  if (a.depth != b.depth) return a.depth > b.depth;
+  if (a.parent_out != b.parent_out) return a.parent_out > b.parent_out;
+  return a.rank > b.rank;
+}
+
+bool Draftable(float logprob) { return std::isfinite(logprob); }
+
+// Up to this k, TopK keeps a sorted list while scanning; beyond, it selects with nth_element.
+constexpr int kInsertionTopK = 32;
+
+}  // namespace
+
+PerDepthCandidates::PerDepthCandidates(std::vector<std::vector<Candidate>> ranked)
+    : ranked_(std::move(ranked)) {
+  for (size_t d = 0; d < ranked_.size(); ++d) {
+    for (Candidate& c : ranked_[d]) c.key = static_cast<int32_t>(d + 1);
+  }
+}
+
+absl::Span<const Candidate> PerDepthCandidates::Children(int32_t key) const {
+  if (key < 0 || key >= static_cast<int32_t>(ranked_.size())) return {};
+  return ranked_[key];
+}
+
+std::vector<Candidate> PerDepthCandidates::TopK(absl::Span<const float> logprobs, int k) {
+  std::vector<Candidate> top;
+  if (k <= 0) return top;
+  auto better = [](const Candidate& a, const Candidate& b) {
+    return a.logprob > b.logprob || (a.logprob == b.logprob && a.token < b.token);
+  };
+  if (k > kInsertionTopK) {
+    // Large k: select in O(V), then sort the k winners.
+    top.reserve(logprobs.size());
+    for (size_t i = 0; i < logprobs.size(); ++i) {
+      if (Draftable(logprobs[i])) top.push_back(Candidate{static_cast<int32_t>(i), logprobs[i], 0});
+    }
+    if (static_cast<int>(top.size()) > k) {
+      std::nth_element(top.begin(), top.begin() + k, top.end(), better);
+      top.resize(k);
+    }
+    std::sort(top.begin(), top.end(), better);
+    return top;
+  }
+  top.reserve(k + 1);
+  // Small k: one pass keeping the best k sorted; most entries lose against the k-th at once.
+  for (size_t i = 0; i < logprobs.size(); ++i) {
+    const float lp = logprobs[i];
+    if (!Draftable(lp)) continue;
+    if (static_cast<int>(top.size()) == k && !(lp > top.back().logprob)) continue;
+    Candidate c{static_cast<int32_t>(i), lp, 0};
+    top.insert(std::upper_bound(top.begin(), top.end(), c, better), c);
+    if (static_cast<int>(top.size()) > k) top.pop_back();
+  }
+  return top;
+}
+
+DraftedTree BuildDdTree(const CandidateSource& source, int32_t root_key,
+                        const DraftLimits& limits, std::vector<int32_t>* keys) {
+  DraftedTree tree;
+  if (keys != nullptr) keys->clear();
+  const int budget = limits.tree_budget;
+  if (budget <= 0 || limits.max_depth <= 0) return tree;
+  tree.tokens.reserve(budget);
+  tree.parents.reserve(budget);
+  tree.logprobs.reserve(budget);
+
+  // Each pop pushes at most two entries, so the heap never holds more than budget + 1.
+  std::vector<HeapEntry> heap;
+  heap.reserve(budget + 2);
+  auto push = [&heap](const HeapEntry& e) {
+    heap.push_back(e);
+    std::push_heap(heap.begin(), heap.end(), PopsLater);
+  };
+
+  absl::Span<const Candidate> roots = source.Children(root_key);
+  if (!roots.empty() && Draftable(roots[0].logprob)) {
+    push({roots[0].logprob, 0.0, 1, -1, root_key, 0});
+  }
+  while (!heap.empty() && static_cast<int>(tree.tokens.size()) < budget) {
+    std::pop_heap(heap.begin(), heap.end(), PopsLater);
+    const HeapEntry e = heap.back();
+    heap.pop_back();
+
+    absl::Span<const Candidate> siblings = source.Children(e.parent_key);
+    const Candidate& c = siblings[e.rank];
+    const int32_t out = static_cast<int32_t>(tree.tokens.size());
+    tree.tokens.push_back(c.token);
+    tree.parents.push_back(e.parent_out);
+    tree.logprobs.push_back(c.logprob);
+    if (keys != nullptr) keys->push_back(c.key);
+
+    const size_t next_rank = static_cast<size_t>(e.rank) + 1;
+    if (next_rank < siblings.size() && Draftable(siblings[next_rank].logprob)) {
+      push({e.parent_score + siblings[next_rank].logprob, e.parent_score, e.depth,
+            e.parent_out, e.parent_key, e.rank + 1});
+    }
+    if (e.depth < limits.max_depth) {
+      absl::Span<const Candidate> children = source.Children(c.key);
+      if (!children.empty() && Draftable(children[0].logprob)) {
+        push({e.score + children[0].logprob, e.score, e.depth + 1, out, c.key, 0});
+      }
+    }
+  }
+  return tree;
+}
+
+}  // namespace treespec

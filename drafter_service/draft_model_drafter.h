@@ -1,0 +1,98 @@
+// Draft-model drafter (DESIGN §4): a small causal LM with the target's tokenizer, shared by all
+// sessions of the drafter process. Each session keeps its context in the model's KV cache and
+// drafts either a greedy chain or a tree grown depth by depth (one batched Forward per depth)
+// and then DDTree-selected under the budget.
+#ifndef TREESPEC_DRAFTER_SERVICE_DRAFT_MODEL_DRAFTER_H_
+#define TREESPEC_DRAFTER_SERVICE_DRAFT_MODEL_DRAFTER_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/model/causal_lm.h"
+#include "drafter_service/drafter.h"
+
+namespace treespec {
+
+enum class DraftShape { kTree, kChain };
+
+struct DraftModelOptions {
+  DraftShape shape = DraftShape::kTree;
+  // Children kept per expanded node (tree mode); 0 = min(tree budget, vocab).
+  int top_k = 0;
+  // Tree mode expands, at each depth, the nodes of that depth in the best tree known so far —
+  // exact (the result is the best-first tree over the model's top-K children), but the first
+  // depth always costs K rows. > 0 caps the rows per depth (the best nodes first): cheaper on
+  // a CPU, where rows cost; the tree may then miss some of the exact tree's nodes.
+  int max_expand_per_depth = 0;
+  // Tokens per Forward while appending (bounds the [chunk, vocab] logits buffer).
+  int append_chunk = 256;
+};
+
+// The model plus the lock that serialises calls into it (the CPU model is not re-entrant).
+// Sessions hold a shared_ptr, so the model outlives every session whatever the order of
+// destruction.
+struct SharedCausalLm {
+  explicit SharedCausalLm(std::unique_ptr<CausalLm> lm) : model(std::move(lm)) {}
+  std::mutex mu;
+  std::unique_ptr<CausalLm> model;
+};
+
+class DraftModelSession final : public DraftSession {
+ public:
+  // Creates the session's sequence in the model's KV cache; frees it on destruction.
+  DraftModelSession(std::shared_ptr<SharedCausalLm> lm, const DraftModelOptions& options);
+  ~DraftModelSession() override;
+  DraftModelSession(const DraftModelSession&) = delete;
+  DraftModelSession& operator=(const DraftModelSession&) = delete;
+
+  // Forwards the tokens as a chain (in chunks) and commits them; keeps the last token's
+  // log-probs as the depth-1 distribution. INVALID_ARGUMENT for ids outside the vocab,
+  // RESOURCE_EXHAUSTED when the KV pool is full (the session is unusable afterwards).
+  // Tokens beyond the model's context window are accepted but end drafting: later drafts
+  // are empty.
+  absl::Status Append(absl::Span<const int32_t> tokens) override;
+  // Chain: greedy, min(budget, depth) nodes. Tree: see the file comment. The draft's K/V is
+  // dropped afterwards (the cache is truncated back to the committed context).
+  absl::StatusOr<DraftedTree> Draft(const DraftLimits& limits) override;
+
+  int committed_len() const { return committed_len_; }
+
+ private:
+  absl::StatusOr<DraftedTree> DraftChain(int budget, int max_depth);
+  absl::StatusOr<DraftedTree> DraftTree(int budget, int max_depth);
+  // Forward of `tree` under the model lock.
+  absl::StatusOr<std::vector<float>> Forward(const SeqTree& tree);
+  void TruncateToCommitted();
+
+  const std::shared_ptr<SharedCausalLm> lm_;
+  const DraftModelOptions options_;
+  const int vocab_size_;
+  const int context_window_;     // the draft model's max positions
+  SeqId seq_ = 0;
+  int committed_len_ = 0;        // tokens whose K/V are in the cache
+  bool out_of_window_ = false;   // the context outgrew the draft model: no more drafts
+  bool broken_ = false;          // an Append failed half-way: the cache no longer matches
+  std::vector<float> last_logprobs_;  // [vocab] log p(next | context); empty before any token
+};
+
+class DraftModelDrafterFactory final : public DrafterFactory {
+ public:
+  DraftModelDrafterFactory(std::unique_ptr<CausalLm> model, const DraftModelOptions& options);
+  absl::StatusOr<std::unique_ptr<DraftSession>> NewSession() override;
+  const ModelConfig& config() const { return lm_->model->config(); }
+
+ private:
+  const std::shared_ptr<SharedCausalLm> lm_;
+  const DraftModelOptions options_;
+};
+
+// log-softmax of one row of logits at temperature 1. [vocab] -> [vocab]
+void LogSoftmax(absl::Span<const float> logits, absl::Span<float> out);
+
+}  // namespace treespec
+
+#endif  // TREESPEC_DRAFTER_SERVICE_DRAFT_MODEL_DRAFTER_H_

@@ -1,0 +1,162 @@
+// treespec-drafter: serves treespec.v1.Drafter (ngram and, with --draft_model, a draft LM).
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/model/causal_lm.h"
+#include "common/util/log.h"
+#include "common/util/shutdown_signal.h"
+#include "drafter_service/draft_model_drafter.h"
+#include "drafter_service/drafter_service.h"
+#include "drafter_service/ngram_drafter.h"
+
+ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on");
+ABSL_FLAG(int, port, 0, "port to listen on; 0 = pick a free one (printed on stdout)");
+ABSL_FLAG(std::string, draft_model, "",
+          "draft model dir (config.json + safetensors); empty = ngram only");
+ABSL_FLAG(std::string, default_mode, "",
+          "drafter for mode AUTO: draft_model or ngram; empty = draft_model when "
+          "--draft_model is set, else ngram");
+ABSL_FLAG(std::string, tree_mode, "tree", "draft-model tree shape: tree or chain");
+ABSL_FLAG(int, expand_per_depth, 0,
+          "draft-model tree mode: most nodes expanded per depth; 0 = exact best-first tree "
+          "(a CPU drafter may want 4)");
+ABSL_FLAG(int, tree_budget, 16, "default drafted nodes per tree (bonus excluded)");
+ABSL_FLAG(int, max_depth, 8, "default deepest drafted node");
+ABSL_FLAG(int, max_tree_budget, 256, "largest tree_budget a session may ask for");
+ABSL_FLAG(int, threads, 0, "drafting threads; 0 = min(4, cores)");
+ABSL_FLAG(int, vocab_size, 0,
+          "token ids must be < this; 0 = the draft model's vocab (no upper check without one)");
+ABSL_FLAG(int, max_sessions, 64, "concurrent sessions the draft model's KV cache is sized for");
+ABSL_FLAG(int, ngram_min, 1, "shortest context suffix the ngram drafter matches");
+ABSL_FLAG(int, ngram_max, 4, "longest context suffix the ngram drafter matches");
+
+namespace treespec {
+namespace {
+
+absl::Status Run() {
+  DrafterServiceOptions options;
+  options.default_tree_budget = absl::GetFlag(FLAGS_tree_budget);
+  options.default_max_depth = absl::GetFlag(FLAGS_max_depth);
+  options.max_tree_budget = absl::GetFlag(FLAGS_max_tree_budget);
+  options.vocab_size = absl::GetFlag(FLAGS_vocab_size);
+  options.worker_threads = absl::GetFlag(FLAGS_threads);
+  if (options.worker_threads == 0) {
+    options.worker_threads =
+        static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
+  }
+
+  NgramOptions ngram_options;
+  ngram_options.min_ngram = absl::GetFlag(FLAGS_ngram_min);
+  ngram_options.max_ngram = absl::GetFlag(FLAGS_ngram_max);
+  if (absl::Status s = ValidateNgramOptions(ngram_options); !s.ok()) return s;
+  auto ngram = std::make_unique<NgramDrafterFactory>(ngram_options);
+
+  std::unique_ptr<DraftModelDrafterFactory> draft_model;
+  const std::string model_dir = absl::GetFlag(FLAGS_draft_model);
+  if (!model_dir.empty()) {
+    DraftModelOptions model_options;
+    const std::string shape = absl::GetFlag(FLAGS_tree_mode);
+    if (shape == "tree") {
+      model_options.shape = DraftShape::kTree;
+    } else if (shape == "chain") {
+      model_options.shape = DraftShape::kChain;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tree_mode must be tree or chain, got '", shape, "'"));
+    }
+    model_options.max_expand_per_depth = absl::GetFlag(FLAGS_expand_per_depth);
+    if (model_options.max_expand_per_depth < 0) {
+      return absl::InvalidArgumentError("--expand_per_depth must be >= 0");
+    }
+    LmOptions lm_options;
+    lm_options.max_batch = absl::GetFlag(FLAGS_max_sessions);
+    absl::StatusOr<std::unique_ptr<CausalLm>> lm = LoadCpuCausalLm(model_dir, lm_options);
+    if (!lm.ok()) {
+      return absl::Status(lm.status().code(), absl::StrCat("--draft_model=", model_dir, ": ",
+                                                           lm.status().message()));
+    }
+    const int model_vocab = (*lm)->config().vocab_size;
+    if (options.vocab_size != 0 && options.vocab_size != model_vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("--vocab_size=", options.vocab_size,
+                                                     " disagrees with the draft model's ",
+                                                     model_vocab));
+    }
+    options.vocab_size = model_vocab;
+    TS_LOG(kInfo, "draft model %s: %d layers x %d, vocab %d, window %d, %s mode", model_dir,
+           (*lm)->config().num_layers, (*lm)->config().hidden_size, model_vocab,
+           (*lm)->config().max_position_embeddings, shape);
+    draft_model = std::make_unique<DraftModelDrafterFactory>(*std::move(lm), model_options);
+  }
+
+  const std::string mode = absl::GetFlag(FLAGS_default_mode);
+  if (mode == "draft_model" || (mode.empty() && draft_model != nullptr)) {
+    options.default_kind = DrafterKind::kDraftModel;
+  } else if (mode == "ngram" || mode.empty()) {
+    options.default_kind = DrafterKind::kNgram;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--default_mode must be draft_model or ngram, got '", mode, "'"));
+  }
+  if (absl::Status s = ValidateDrafterServiceOptions(options, true, draft_model != nullptr);
+      !s.ok()) {
+    return s;
+  }
+
+  DrafterService service(options, std::move(ngram), std::move(draft_model));
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  const std::string host = absl::GetFlag(FLAGS_host);
+  int port = 0;
+  builder.AddListeningPort(absl::StrCat(host, ":", absl::GetFlag(FLAGS_port)),
+                           grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", host, ":", absl::GetFlag(FLAGS_port)));
+  }
+  // The model (if any) is loaded: ready.
+  server->GetHealthCheckService()->SetServingStatus(true);
+  std::printf("treespec-drafter listening on %s:%d\n", host.c_str(), port);
+  std::fflush(stdout);
+  TS_LOG(kInfo, "serving: default mode %s, %d drafting threads, budget %d (max %d), depth %d",
+         options.default_kind == DrafterKind::kNgram ? "ngram" : "draft_model",
+         options.worker_threads, options.default_tree_budget, options.max_tree_budget,
+         options.default_max_depth);
+
+  const int signal = WaitForShutdownSignal();
+  TS_LOG(kInfo, "signal %d: draining", signal);
+  server->GetHealthCheckService()->SetServingStatus(false);
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server->Wait();
+  TS_LOG(kInfo, "stopped after %d sessions", static_cast<int>(service.total_sessions()));
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace treespec
+
+int main(int argc, char** argv) {
+  treespec::BlockShutdownSignals();
+  absl::SetProgramUsageMessage("Serves treespec.v1.Drafter: draft trees for speculative decoding.");
+  absl::ParseCommandLine(argc, argv);
+  absl::Status status = treespec::Run();
+  if (!status.ok()) {
+    std::fprintf(stderr, "treespec-drafter: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

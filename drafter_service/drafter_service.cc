@@ -1,0 +1,400 @@
+#include "drafter_service/drafter_service.h"
+
+#include <chrono>
+#include <deque>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/rpc/status_conversion.h"
+#include "common/tree/token_tree.h"
+#include "common/util/log.h"
+
+namespace treespec {
+namespace {
+
+const char* KindName(DrafterKind kind) {
+  switch (kind) {
+    case DrafterKind::kNgram:
+      return "ngram";
+    case DrafterKind::kDraftModel:
+      return "draft_model";
+  }
+  return "?";
+}
+
+// Token ids must be in [0, vocab_size); vocab_size 0 = unknown, only >= 0 is checked.
+absl::Status CheckTokens(const google::protobuf::RepeatedField<int32_t>& tokens, int vocab_size,
+                         const std::string& what) {
+  const int64_t limit = vocab_size > 0 ? vocab_size : std::numeric_limits<int32_t>::max();
+  for (int i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= limit) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " token id ", tokens[i], " at index ", i, " out of range [0, ",
+          vocab_size > 0 ? absl::StrCat(vocab_size) : std::string("2^31"), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// 0 = the server default; otherwise [1, max].
+absl::StatusOr<int> ResolveLimit(int requested, int default_value, int max, const char* name) {
+  if (requested == 0) return default_value;
+  if (requested < 0 || requested > max) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " ", requested, " out of range [0, ",
+                                                   max, "] (0 = server default ",
+                                                   default_value, ")"));
+  }
+  return requested;
+}
+
+}  // namespace
+
+absl::Status ValidateDrafterServiceOptions(const DrafterServiceOptions& options,
+                                           bool have_ngram, bool have_draft_model) {
+  if (!have_ngram) return absl::InvalidArgumentError("the ngram drafter is required");
+  if (options.default_kind == DrafterKind::kDraftModel && !have_draft_model) {
+    return absl::InvalidArgumentError(
+        "--default_mode=draft_model needs a draft model: pass --draft_model=DIR or use "
+        "--default_mode=ngram");
+  }
+  if (options.max_tree_budget < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_tree_budget must be >= 1, got ", options.max_tree_budget));
+  }
+  if (options.default_tree_budget < 1 || options.default_tree_budget > options.max_tree_budget) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tree_budget must be in [1, --max_tree_budget=", options.max_tree_budget, "], got ",
+        options.default_tree_budget));
+  }
+  if (options.max_depth_limit < 1) {
+    return absl::InvalidArgumentError("max_depth_limit must be >= 1");
+  }
+  if (options.default_max_depth < 1 || options.default_max_depth > options.max_depth_limit) {
+    return absl::InvalidArgumentError(absl::StrCat("--max_depth must be in [1, ",
+                                                   options.max_depth_limit, "], got ",
+                                                   options.default_max_depth));
+  }
+  if (options.vocab_size < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--vocab_size must be >= 0, got ", options.vocab_size));
+  }
+  if (options.worker_threads < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--threads must be >= 1, got ", options.worker_threads));
+  }
+  return absl::OkStatus();
+}
+
+// One Draft stream. Messages are read and validated on gRPC's callback threads; the work
+// (opening the session, appending, drafting) runs on the service's WorkerPool, one task at a
+// time per session. All stream operations (StartRead/StartWrite/Finish) are issued under mu_:
+// gRPC never runs a reaction inline from them, and OnDone takes mu_ before deleting, so no
+// thread can touch the reactor after it is gone.
+class DrafterService::SessionReactor final
+    : public grpc::ServerBidiReactor<v1::DraftRequest, v1::DraftResponse> {
+ public:
+  explicit SessionReactor(DrafterService* service) : service_(service) {
+    const int active = ++service_->active_sessions_;
+    serial_ = ++service_->total_sessions_;
+    request_id_ = absl::StrCat("#", serial_);  // until the open names it
+    TS_LOG(kDebug, "draft stream #%d opened (%d active)", serial_, active);
+    std::lock_guard<std::mutex> lock(mu_);
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!ok) {
+      read_closed_ = true;  // half-close (or the call is over)
+    } else if (!failed_ && !cancelled_) {
+      absl::Status status = AcceptLocked();
+      if (status.ok()) {
+        StartRead(&request_);
+      } else {
+        read_closed_ = true;
+        FailLocked(std::move(status));
+      }
+    }
+    AdvanceLocked();
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_ = false;
+    if (!ok) write_failed_ = true;  // the stream is gone; nothing more can be sent
+    AdvanceLocked();
+  }
+
+  void OnCancel() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+    queue_.clear();
+    AdvanceLocked();
+  }
+
+  void OnDone() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);  // waits for whoever issued Finish
+    }
+    if (session_ != nullptr) {
+      // Freeing a model session waits for the model lock: do it off the callback thread.
+      std::shared_ptr<DraftSession> session(std::move(session_));
+      service_->pool_.Submit([session] {});
+    }
+    const int active = --service_->active_sessions_;
+    TS_LOG(kInfo,
+           "draft session %s done: mode=%s steps=%d drafted_nodes=%d stale_steps=%d "
+           "mean_draft_ms=%.3f status=%s active_sessions=%d",
+           request_id_, KindName(kind_), steps_, drafted_nodes_, stale_steps_,
+           steps_ > stale_steps_ ? draft_ms_ / (steps_ - stale_steps_) : 0.0,
+           cancelled_ ? "CANCELLED" : error_.ToString(), active);
+    delete this;
+  }
+
+ private:
+  struct Work {
+    bool open = false;
+    int64_t step = 0;
+    std::vector<int32_t> tokens;  // the prompt for open, the emitted tokens for a commit
+  };
+
+  // Validates request_ and queues its work.
+  absl::Status AcceptLocked() {
+    switch (request_.kind_case()) {
+      case v1::DraftRequest::kOpen:
+        if (opened_) {
+          return absl::InvalidArgumentError(
+              "open sent twice: a Draft stream carries exactly one session");
+        }
+        return AcceptOpenLocked(request_.open());
+      case v1::DraftRequest::kCommit: {
+        if (!opened_) return absl::InvalidArgumentError("first message must be open");
+        const v1::DraftCommit& commit = request_.commit();
+        if (commit.tokens().empty()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "commit step ", commit.step(),
+              " carries no tokens; it must end with the pending bonus token"));
+        }
+        absl::Status status = CheckTokens(commit.tokens(), service_->options_.vocab_size,
+                                          absl::StrCat("commit step ", commit.step(), ":"));
+        if (!status.ok()) return status;
+        queue_.push_back(
+            Work{false, commit.step(), {commit.tokens().begin(), commit.tokens().end()}});
+        return absl::OkStatus();
+      }
+      case v1::DraftRequest::KIND_NOT_SET:
+        break;
+    }
+    if (!opened_) return absl::InvalidArgumentError("first message must be open");
+    return absl::InvalidArgumentError("request carries neither open nor commit");
+  }
+
+  absl::Status AcceptOpenLocked(const v1::DraftOpen& open) {
+    const DrafterServiceOptions& options = service_->options_;
+    if (!open.request_id().empty()) request_id_ = open.request_id();
+    switch (open.mode()) {
+      case v1::SPECULATION_MODE_AUTO:
+        kind_ = options.default_kind;
+        break;
+      case v1::SPECULATION_MODE_NGRAM:
+        kind_ = DrafterKind::kNgram;
+        break;
+      case v1::SPECULATION_MODE_DRAFT_MODEL:
+        kind_ = DrafterKind::kDraftModel;
+        break;
+      case v1::SPECULATION_MODE_OFF:
+        return absl::InvalidArgumentError(
+            "mode OFF drafts nothing: verify without a drafter session instead of opening one");
+      case v1::SPECULATION_MODE_DFLASH:
+        return absl::UnimplementedError(
+            "mode DFLASH is not served yet; use NGRAM, DRAFT_MODEL or AUTO");
+      default:
+        return absl::InvalidArgumentError(absl::StrCat(
+            "unknown speculation mode ", static_cast<int>(open.mode()),
+            "; use AUTO, NGRAM or DRAFT_MODEL"));
+    }
+    factory_ = kind_ == DrafterKind::kNgram ? service_->ngram_.get()
+                                            : service_->draft_model_.get();
+    if (factory_ == nullptr) {
+      return absl::FailedPreconditionError(
+          "mode DRAFT_MODEL needs a draft model, but this drafter was started without "
+          "--draft_model; use NGRAM or restart the drafter with --draft_model=DIR");
+    }
+    absl::StatusOr<int> budget = ResolveLimit(open.tree_budget(), options.default_tree_budget,
+                                              options.max_tree_budget, "tree_budget");
+    if (!budget.ok()) return budget.status();
+    absl::StatusOr<int> depth = ResolveLimit(open.max_depth(), options.default_max_depth,
+                                             options.max_depth_limit, "max_depth");
+    if (!depth.ok()) return depth.status();
+    limits_ = DraftLimits{*budget, *depth};
+    absl::Status status = CheckTokens(open.prompt_ids(), options.vocab_size, "prompt");
+    if (!status.ok()) return status;
+    opened_ = true;
+    queue_.push_back(Work{true, 0, {open.prompt_ids().begin(), open.prompt_ids().end()}});
+    return absl::OkStatus();
+  }
+
+  void FailLocked(absl::Status status) {
+    if (!failed_) {
+      failed_ = true;
+      error_ = std::move(status);
+      TS_LOG(kDebug, "draft session %s failing: %s", request_id_, error_.ToString());
+    }
+    queue_.clear();
+    writes_.clear();
+  }
+
+  // Starts whatever can start now: the next write, the next task, or Finish.
+  void AdvanceLocked() {
+    if (finished_) return;
+    const bool dead = failed_ || cancelled_ || write_failed_;
+    if (!writing_ && !writes_.empty() && !dead) {
+      current_write_ = std::move(writes_.front());
+      writes_.pop_front();
+      writing_ = true;
+      StartWrite(&current_write_);
+    }
+    if (!scheduled_ && !queue_.empty() && !dead) {
+      scheduled_ = true;
+      service_->pool_.Submit([this] { RunOne(); });
+    }
+    if (scheduled_ || writing_) return;
+    if (dead) {
+      finished_ = true;
+      Finish(failed_ ? ToGrpcStatus(error_)
+                     : grpc::Status(grpc::StatusCode::CANCELLED, "draft stream cancelled"));
+    } else if (read_closed_ && queue_.empty() && writes_.empty()) {
+      finished_ = true;
+      Finish(grpc::Status::OK);
+    }
+  }
+
+  // One queued task, on the worker pool. session_ is only touched here (serially) and in
+  // OnDone (after the last task).
+  void RunOne() {
+    Work work;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (queue_.empty() || failed_ || cancelled_) {
+        scheduled_ = false;
+        AdvanceLocked();
+        return;
+      }
+      work = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    absl::Status status;
+    v1::DraftResponse response;
+    bool respond = false;
+    if (work.open) {
+      absl::StatusOr<std::unique_ptr<DraftSession>> session = factory_->NewSession();
+      if (session.ok()) {
+        session_ = *std::move(session);
+        status = session_->Append(work.tokens);
+      } else {
+        status = session.status();
+      }
+    } else {
+      status = session_->Append(work.tokens);
+      if (status.ok()) {
+        respond = true;
+        response.mutable_tree()->set_step(work.step);
+        status = DraftInto(work.step, response.mutable_tree());
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    scheduled_ = false;
+    if (!status.ok()) {
+      FailLocked(std::move(status));
+    } else if (respond) {
+      writes_.push_back(std::move(response));
+    }
+    AdvanceLocked();
+  }
+
+  // Drafts the tree answering commit `step`, unless a newer commit is already queued: the
+  // verifier ignores stale trees, so that step gets an empty one at no cost.
+  absl::Status DraftInto(int64_t step, v1::DraftTree* out) {
+    ++steps_;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!queue_.empty()) {
+        ++stale_steps_;
+        return absl::OkStatus();
+      }
+    }
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<DraftedTree> tree = session_->Draft(limits_);
+    if (!tree.ok()) return tree.status();
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+            .count();
+    draft_ms_ += ms;
+    const int vocab = service_->options_.vocab_size > 0 ? service_->options_.vocab_size
+                                                        : std::numeric_limits<int32_t>::max();
+    absl::Status valid = ValidateDraftedTree(*tree, vocab, limits_.tree_budget,
+                                             limits_.max_depth);
+    if (!valid.ok()) {
+      return absl::InternalError(absl::StrCat("drafter produced a bad tree: ", valid.message()));
+    }
+    drafted_nodes_ += static_cast<int>(tree->tokens.size());
+    out->mutable_tokens()->Assign(tree->tokens.begin(), tree->tokens.end());
+    out->mutable_parents()->Assign(tree->parents.begin(), tree->parents.end());
+    out->mutable_logprobs()->Assign(tree->logprobs.begin(), tree->logprobs.end());
+    TS_LOG(kDebug, "draft session %s step %d: %d nodes in %.3f ms", request_id_, step,
+           static_cast<int>(tree->tokens.size()), ms);
+    return absl::OkStatus();
+  }
+
+  DrafterService* const service_;
+  int64_t serial_ = 0;
+
+  std::mutex mu_;
+  v1::DraftRequest request_;          // target of the outstanding read
+  v1::DraftResponse current_write_;   // the outstanding write
+  std::deque<v1::DraftResponse> writes_;
+  std::deque<Work> queue_;
+  bool opened_ = false;
+  bool scheduled_ = false;    // a RunOne is queued or running
+  bool writing_ = false;
+  bool read_closed_ = false;
+  bool write_failed_ = false;
+  bool cancelled_ = false;
+  bool failed_ = false;
+  bool finished_ = false;     // Finish was called
+  absl::Status error_;
+
+  // Set by the open (under mu_) before the first task; read by tasks afterwards.
+  std::string request_id_;
+  DrafterKind kind_ = DrafterKind::kNgram;
+  DrafterFactory* factory_ = nullptr;
+  DraftLimits limits_;
+
+  // Touched only by the serial tasks (and OnDone after them).
+  std::unique_ptr<DraftSession> session_;
+  int steps_ = 0;
+  int stale_steps_ = 0;
+  int drafted_nodes_ = 0;
+  double draft_ms_ = 0.0;
+};
+
+DrafterService::DrafterService(const DrafterServiceOptions& options,
+                               std::unique_ptr<DrafterFactory> ngram,
+                               std::unique_ptr<DrafterFactory> draft_model)
+    : options_(options),
+      ngram_(std::move(ngram)),
+      draft_model_(std::move(draft_model)),
+      pool_(options.worker_threads) {}
+
+DrafterService::~DrafterService() = default;
+
+grpc::ServerBidiReactor<v1::DraftRequest, v1::DraftResponse>* DrafterService::Draft(
+    grpc::CallbackServerContext* /*context*/) {
+  return new SessionReactor(this);
+}
+
+}  // namespace treespec

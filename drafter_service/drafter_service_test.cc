@@ -1,0 +1,302 @@
+// The Drafter service over real gRPC on loopback: an in-process server on port 0.
+#include "drafter_service/drafter_service.h"
+
+#include <chrono>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/model/cpu_causal_lm.h"
+#include "common/model/cpu_test_util.h"
+#include "drafter_service/draft_model_drafter.h"
+#include "drafter_service/ngram_drafter.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "treespec/v1/drafter.grpc.pb.h"
+
+namespace treespec {
+namespace {
+
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+using Stream = grpc::ClientReaderWriter<v1::DraftRequest, v1::DraftResponse>;
+
+constexpr int kVocab = 512;  // SmallLlamaConfig's
+
+class DrafterServiceTest : public ::testing::Test {
+ protected:
+  void Start(bool with_draft_model, DrafterKind default_kind = DrafterKind::kNgram) {
+    DrafterServiceOptions options;
+    options.default_kind = default_kind;
+    options.vocab_size = kVocab;
+    options.worker_threads = 2;
+    std::unique_ptr<DrafterFactory> draft_model;
+    if (with_draft_model) {
+      const ModelConfig config = testing::SmallLlamaConfig();
+      absl::StatusOr<std::unique_ptr<CausalLm>> lm =
+          CreateCpuCausalLm(config, testing::RandomWeights(config, 11), LmOptions{});
+      ASSERT_TRUE(lm.ok()) << lm.status();
+      draft_model = std::make_unique<DraftModelDrafterFactory>(*std::move(lm),
+                                                               DraftModelOptions{});
+    }
+    ASSERT_TRUE(ValidateDrafterServiceOptions(options, true, with_draft_model).ok());
+    service_ = std::make_unique<DrafterService>(
+        options, std::make_unique<NgramDrafterFactory>(NgramOptions{}), std::move(draft_model));
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    ASSERT_NE(port, 0);
+    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
+                                   grpc::InsecureChannelCredentials());
+    stub_ = v1::Drafter::NewStub(channel_);
+  }
+
+  void TearDown() override {
+    if (server_ != nullptr) server_->Shutdown();
+  }
+
+  // Waits until every session on the server has ended.
+  bool WaitForNoSessions() {
+    for (int i = 0; i < 500 && service_->active_sessions() != 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return service_->active_sessions() == 0;
+  }
+
+  static v1::DraftRequest Open(const std::vector<int32_t>& prompt,
+                               v1::SpeculationMode mode = v1::SPECULATION_MODE_NGRAM,
+                               int budget = 0, int depth = 0) {
+    v1::DraftRequest r;
+    r.mutable_open()->set_request_id("test");
+    r.mutable_open()->mutable_prompt_ids()->Assign(prompt.begin(), prompt.end());
+    r.mutable_open()->set_mode(mode);
+    r.mutable_open()->set_tree_budget(budget);
+    r.mutable_open()->set_max_depth(depth);
+    return r;
+  }
+
+  static v1::DraftRequest Commit(int64_t step, const std::vector<int32_t>& tokens) {
+    v1::DraftRequest r;
+    r.mutable_commit()->set_step(step);
+    r.mutable_commit()->mutable_tokens()->Assign(tokens.begin(), tokens.end());
+    return r;
+  }
+
+  // Sends `first` (and then `second` if given) and returns the status the stream ends with.
+  grpc::Status ExpectFailure(const v1::DraftRequest& first,
+                             const v1::DraftRequest* second = nullptr) {
+    grpc::ClientContext ctx;
+    std::unique_ptr<Stream> stream = stub_->Draft(&ctx);
+    stream->Write(first);
+    if (second != nullptr) stream->Write(*second);
+    v1::DraftResponse response;
+    EXPECT_FALSE(stream->Read(&response));
+    return stream->Finish();
+  }
+
+  std::unique_ptr<DrafterService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Drafter::Stub> stub_;
+};
+
+std::vector<int32_t> Repetitive(int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> phrase(7);
+  for (int32_t& t : phrase) t = static_cast<int32_t>(rng() % kVocab);
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) out.push_back(phrase[i % phrase.size()]);
+  return out;
+}
+
+TEST_F(DrafterServiceTest, OpenCommitTreeRoundTripWithNgram) {
+  Start(false);
+  const std::vector<int32_t> prompt = Repetitive(30, 1);
+  NgramDraftSession reference(NgramOptions{});
+  ASSERT_TRUE(reference.Append(prompt).ok());
+
+  grpc::ClientContext ctx;
+  std::unique_ptr<Stream> stream = stub_->Draft(&ctx);
+  ASSERT_TRUE(stream->Write(Open(prompt, v1::SPECULATION_MODE_NGRAM, 12, 5)));
+  std::mt19937 rng(5);
+  for (int step = 0; step < 10; ++step) {
+    // Alternate accepted runs that follow the pattern with a surprise token.
+    std::vector<int32_t> tokens = {prompt[(30 + step) % 7]};
+    if (step % 3 == 2) tokens.push_back(static_cast<int32_t>(rng() % kVocab));
+    ASSERT_TRUE(stream->Write(Commit(step, tokens)));
+    v1::DraftResponse response;
+    ASSERT_TRUE(stream->Read(&response));
+    ASSERT_TRUE(reference.Append(tokens).ok());
+    DraftedTree want = *reference.Draft(DraftLimits{12, 5});
+    EXPECT_EQ(response.tree().step(), step);
+    EXPECT_THAT(response.tree().tokens(), ElementsAreArray(want.tokens));
+    EXPECT_THAT(response.tree().parents(), ElementsAreArray(want.parents));
+    EXPECT_THAT(response.tree().logprobs(), ElementsAreArray(want.logprobs));
+  }
+  ASSERT_TRUE(stream->WritesDone());
+  grpc::Status status = stream->Finish();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_TRUE(WaitForNoSessions());
+  EXPECT_EQ(service_->total_sessions(), 1);
+}
+
+TEST_F(DrafterServiceTest, AutoUsesDefaultsAndHalfCloseFlushesPendingCommits) {
+  Start(false);
+  const std::vector<int32_t> prompt = Repetitive(40, 2);
+  grpc::ClientContext ctx;
+  std::unique_ptr<Stream> stream = stub_->Draft(&ctx);
+  ASSERT_TRUE(stream->Write(Open(prompt, v1::SPECULATION_MODE_AUTO)));
+  // Three commits at once, then half-close: every commit is answered (stale ones may be
+  // empty), the last one with the real tree, then the stream ends OK.
+  for (int step = 0; step < 3; ++step) ASSERT_TRUE(stream->Write(Commit(step, {prompt[(40 + step) % 7]})));
+  ASSERT_TRUE(stream->WritesDone());
+  std::vector<v1::DraftResponse> responses;
+  v1::DraftResponse response;
+  while (stream->Read(&response)) responses.push_back(response);
+  EXPECT_TRUE(stream->Finish().ok());
+  ASSERT_EQ(responses.size(), 3u);
+  for (int step = 0; step < 3; ++step) EXPECT_EQ(responses[step].tree().step(), step);
+  // Default limits: budget 16, depth 8; one repeating phrase: a chain of 8.
+  EXPECT_EQ(responses[2].tree().tokens_size(), 8);
+}
+
+TEST_F(DrafterServiceTest, FirstMessageMustBeOpen) {
+  Start(false);
+  grpc::Status status = ExpectFailure(Commit(0, {1}));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(), "first message must be open");
+  status = ExpectFailure(v1::DraftRequest{});
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(), "first message must be open");
+}
+
+TEST_F(DrafterServiceTest, BadModesGetClearStatuses) {
+  Start(false);
+  grpc::Status status = ExpectFailure(Open({1, 2}, v1::SPECULATION_MODE_DRAFT_MODEL));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), HasSubstr("--draft_model"));
+  status = ExpectFailure(Open({1, 2}, v1::SPECULATION_MODE_OFF));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("mode OFF"));
+  status = ExpectFailure(Open({1, 2}, v1::SPECULATION_MODE_DFLASH));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_THAT(status.error_message(), HasSubstr("DFLASH"));
+  status = ExpectFailure(Open({1, 2}, static_cast<v1::SpeculationMode>(42)));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("unknown speculation mode 42"));
+}
+
+TEST_F(DrafterServiceTest, BadLimitsAndTokenIds) {
+  Start(false);
+  grpc::Status status = ExpectFailure(Open({1, 2}, v1::SPECULATION_MODE_NGRAM, 1000, 0));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("tree_budget 1000 out of range [0, 256]"));
+  status = ExpectFailure(Open({1, 2}, v1::SPECULATION_MODE_NGRAM, 0, -1));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("max_depth -1 out of range [0, 64]"));
+
+  status = ExpectFailure(Open({1, 2, 5000}));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("prompt token id 5000 at index 2 out of range [0, 512)"));
+  status = ExpectFailure(Open({-1}));
+  EXPECT_THAT(status.error_message(), HasSubstr("token id -1 at index 0"));
+
+  v1::DraftRequest commit = Commit(3, {7, 512});
+  status = ExpectFailure(Open({1, 2}), &commit);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("commit step 3: token id 512 at index 1 out of range [0, 512)"));
+  commit = Commit(4, {});
+  status = ExpectFailure(Open({1, 2}), &commit);
+  EXPECT_THAT(status.error_message(), HasSubstr("commit step 4 carries no tokens"));
+  v1::DraftRequest second_open = Open({3});
+  status = ExpectFailure(Open({1, 2}), &second_open);
+  EXPECT_THAT(status.error_message(), HasSubstr("open sent twice"));
+  EXPECT_TRUE(WaitForNoSessions());
+}
+
+TEST_F(DrafterServiceTest, ConcurrentSessions) {
+  Start(false);
+  const int kSessions = 12, kSteps = 15;
+  std::vector<std::thread> clients;
+  std::vector<int> mismatches(kSessions, -1);
+  for (int s = 0; s < kSessions; ++s) {
+    clients.emplace_back([&, s] {
+      const std::vector<int32_t> prompt = Repetitive(50 + s, 100 + s);
+      NgramDraftSession reference(NgramOptions{});
+      reference.Append(prompt).IgnoreError();
+      grpc::ClientContext ctx;
+      std::unique_ptr<Stream> stream = stub_->Draft(&ctx);
+      stream->Write(Open(prompt, v1::SPECULATION_MODE_NGRAM, 16, 8));
+      int bad = 0;
+      std::mt19937 rng(s);
+      for (int step = 0; step < kSteps; ++step) {
+        const std::vector<int32_t> tokens = {static_cast<int32_t>(rng() % kVocab)};
+        stream->Write(Commit(step, tokens));
+        v1::DraftResponse response;
+        if (!stream->Read(&response)) return;
+        reference.Append(tokens).IgnoreError();
+        DraftedTree want = *reference.Draft(DraftLimits{16, 8});
+        if (response.tree().step() != step ||
+            std::vector<int32_t>(response.tree().tokens().begin(),
+                                 response.tree().tokens().end()) != want.tokens) {
+          ++bad;
+        }
+      }
+      stream->WritesDone();
+      if (stream->Finish().ok()) mismatches[s] = bad;
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  for (int s = 0; s < kSessions; ++s) EXPECT_EQ(mismatches[s], 0) << "session " << s;
+  EXPECT_TRUE(WaitForNoSessions());
+  EXPECT_EQ(service_->total_sessions(), kSessions);
+}
+
+TEST_F(DrafterServiceTest, CancellationEndsTheSession) {
+  Start(true);
+  grpc::ClientContext ctx;
+  std::unique_ptr<Stream> stream = stub_->Draft(&ctx);
+  ASSERT_TRUE(stream->Write(Open(Repetitive(100, 3), v1::SPECULATION_MODE_DRAFT_MODEL)));
+  ASSERT_TRUE(stream->Write(Commit(0, {1})));
+  v1::DraftResponse response;
+  ASSERT_TRUE(stream->Read(&response));
+  ASSERT_TRUE(stream->Write(Commit(1, {2})));
+  ctx.TryCancel();
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(WaitForNoSessions());
+}
+
+TEST_F(DrafterServiceTest, DraftModelRoundTrip) {
+  Start(true, DrafterKind::kDraftModel);
+  const std::vector<int32_t> prompt = Repetitive(20, 4);
+  grpc::ClientContext ctx;
+  std::unique_ptr<Stream> stream = stub_->Draft(&ctx);
+  ASSERT_TRUE(stream->Write(Open(prompt, v1::SPECULATION_MODE_AUTO, 10, 4)));
+  for (int step = 0; step < 4; ++step) {
+    ASSERT_TRUE(stream->Write(Commit(step, {static_cast<int32_t>(step * 7 % kVocab), 5})));
+    v1::DraftResponse response;
+    ASSERT_TRUE(stream->Read(&response));
+    EXPECT_EQ(response.tree().step(), step);
+    DraftedTree tree;
+    tree.tokens.assign(response.tree().tokens().begin(), response.tree().tokens().end());
+    tree.parents.assign(response.tree().parents().begin(), response.tree().parents().end());
+    tree.logprobs.assign(response.tree().logprobs().begin(), response.tree().logprobs().end());
+    EXPECT_EQ(tree.tokens.size(), 10u);
+    EXPECT_TRUE(ValidateDraftedTree(tree, kVocab, 10, 4).ok());
+  }
+  ASSERT_TRUE(stream->WritesDone());
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_TRUE(WaitForNoSessions());
+}
+
+}  // namespace
+}  // namespace treespec

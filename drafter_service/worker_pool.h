@@ -1,0 +1,39 @@
+// A fixed pool of threads running submitted tasks in FIFO order. Drafting runs here so gRPC's
+// callback threads only move messages; each session keeps at most one task queued at a time,
+// which makes its work serial and lets sessions take turns fairly.
+#ifndef TREESPEC_DRAFTER_SERVICE_WORKER_POOL_H_
+#define TREESPEC_DRAFTER_SERVICE_WORKER_POOL_H_
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace treespec {
+
+class WorkerPool {
+ public:
+  explicit WorkerPool(int num_threads);
+  // Runs the tasks already queued, then joins the threads.
+  ~WorkerPool();
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  void Submit(std::function<void()> task);
+  int num_threads() const { return static_cast<int>(threads_.size()); }
+
+ private:
+  void Loop();
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace treespec
+
+#endif  // TREESPEC_DRAFTER_SERVICE_WORKER_POOL_H_

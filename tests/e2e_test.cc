@@ -1,0 +1,239 @@
+// The real binaries on loopback: treespec-drafter + treespec-verifier with the shipped tiny
+// pair. Concurrent streaming clients, a drafter killed mid-run, client cancel, SIGTERM, and
+// start-up failures on missing or corrupt model directories.
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/process.h"
+#include "treespec/v1/generation.grpc.pb.h"
+
+namespace treespec {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using testing::ChildProcess;
+
+const std::string kRoot = TREESPEC_SOURCE_DIR;
+const std::string kBin = TREESPEC_BIN_DIR;
+
+std::string TempDir() {
+  char pattern[] = "/tmp/treespec-e2e-XXXXXX";
+  return mkdtemp(pattern);
+}
+
+struct Outcome {
+  grpc::Status status;
+  std::vector<int32_t> ids;
+  v1::GenerateResponse last;
+};
+
+Outcome Generate(v1::Generation::Stub* stub, const std::string& text, v1::SpeculationMode mode,
+                 int max_new) {
+  v1::GenerateRequest r;
+  r.set_text(text);
+  r.mutable_sampling()->set_max_new_tokens(max_new);
+  r.mutable_sampling()->set_ignore_eos(true);
+  r.mutable_speculation()->set_mode(mode);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(300));
+  auto reader = stub->Generate(&ctx, r);
+  Outcome out;
+  v1::GenerateResponse resp;
+  while (reader->Read(&resp)) {
+    out.ids.insert(out.ids.end(), resp.token_ids().begin(), resp.token_ids().end());
+    out.last = resp;
+  }
+  out.status = reader->Finish();
+  return out;
+}
+
+class E2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    logs_ = TempDir();
+    drafter_ = std::make_unique<ChildProcess>(
+        std::vector<std::string>{kBin + "/treespec-drafter", "--port=0",
+                                 "--draft_model=" + kRoot + "/models/tiny-draft"},
+        logs_ + "/drafter.log");
+    const std::string drafter_addr = drafter_->WaitForAddress(60);
+    ASSERT_FALSE(drafter_addr.empty()) << drafter_->Stderr();
+    verifier_ = std::make_unique<ChildProcess>(
+        std::vector<std::string>{kBin + "/treespec-verifier", "--port=0",
+                                 "--model=" + kRoot + "/models/tiny-target",
+                                 "--drafter=" + drafter_addr, "--draft_timeout_ms=200"},
+        logs_ + "/verifier.log");
+    const std::string addr = verifier_->WaitForAddress(60);
+    ASSERT_FALSE(addr.empty()) << verifier_->Stderr();
+    stub_ = v1::Generation::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override {
+    verifier_->Signal(SIGTERM);
+    EXPECT_EQ(verifier_->Wait(30), 0) << verifier_->Stderr();
+    drafter_->Signal(SIGTERM);
+    drafter_->Wait(30);
+    fs::remove_all(logs_);
+  }
+
+  std::string logs_;
+  std::unique_ptr<ChildProcess> drafter_, verifier_;
+  std::unique_ptr<v1::Generation::Stub> stub_;
+};
+
+const char* kPrompts[] = {
+    "import os\nimport sys\n\n\ndef main(argv):\n    ",
+    "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, x):\n",
+    "for i in range(10):\n    if i % 2 == 0:\n        print(",
+    "def read_config(path):\n    with open(path) as f:\n        return json.",
+    "    def __repr__(self):\n        return '%s(%r)' % (self.__class__.__name__, ",
+    "try:\n    import threading\nexcept ImportError:\n    ",
+};
+
+TEST_F(E2eTest, ConcurrentStreamingClientsGetPlainDecodingOutput) {
+  std::vector<Outcome> plain, spec(std::size(kPrompts));
+  for (const char* p : kPrompts) plain.push_back(Generate(stub_.get(), p, v1::SPECULATION_MODE_OFF, 48));
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < std::size(kPrompts); ++i) {
+    clients.emplace_back([&, i] {
+      spec[i] = Generate(stub_.get(), kPrompts[i], v1::SPECULATION_MODE_AUTO, 48);
+    });
+  }
+  for (auto& t : clients) t.join();
+  for (size_t i = 0; i < std::size(kPrompts); ++i) {
+    ASSERT_TRUE(spec[i].status.ok()) << spec[i].status.error_message();
+    EXPECT_EQ(spec[i].ids, plain[i].ids) << "prompt " << i;
+    EXPECT_EQ(spec[i].ids.size(), 48u);
+    EXPECT_GT(spec[i].last.speculation().steps(), 0);
+  }
+}
+
+TEST_F(E2eTest, DrafterKilledMidRunChangesNoOutput) {
+  const Outcome plain = Generate(stub_.get(), kPrompts[1], v1::SPECULATION_MODE_OFF, 200);
+  ASSERT_TRUE(plain.status.ok());
+  Outcome spec;
+  std::thread client([&] { spec = Generate(stub_.get(), kPrompts[1], v1::SPECULATION_MODE_AUTO, 200); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  drafter_->Signal(SIGKILL);
+  client.join();
+  ASSERT_TRUE(spec.status.ok()) << spec.status.error_message();
+  EXPECT_EQ(spec.ids, plain.ids);
+  const Outcome after = Generate(stub_.get(), kPrompts[1], v1::SPECULATION_MODE_AUTO, 200);
+  ASSERT_TRUE(after.status.ok());
+  EXPECT_EQ(after.ids, plain.ids);
+}
+
+TEST_F(E2eTest, ClientCancelFreesKvPages) {
+  auto info = [&] {
+    grpc::ClientContext ctx;
+    v1::ModelInfo i;
+    EXPECT_TRUE(stub_->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &i).ok());
+    return i;
+  };
+  v1::GenerateRequest r;
+  r.set_text(kPrompts[0]);
+  r.mutable_sampling()->set_max_new_tokens(1500);
+  r.mutable_sampling()->set_ignore_eos(true);
+  grpc::ClientContext ctx;
+  auto reader = stub_->Generate(&ctx, r);
+  v1::GenerateResponse resp;
+  ASSERT_TRUE(reader->Read(&resp));
+  EXPECT_LT(info().kv_pages_free(), info().kv_cache_pages());
+  ctx.TryCancel();
+  while (reader->Read(&resp)) {
+  }
+  v1::ModelInfo after;
+  for (int i = 0; i < 500; ++i) {
+    after = info();
+    if (after.requests_running() == 0 && after.kv_pages_free() == after.kv_cache_pages()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(after.requests_running(), 0);
+  EXPECT_EQ(after.kv_pages_free(), after.kv_cache_pages());
+}
+
+// Start-up with a bad model directory fails at once, naming the file (and tensor).
+class StartupTest : public ::testing::Test {
+ protected:
+  // Exit status and stderr of a verifier started on `model_dir`.
+  std::pair<int, std::string> StartVerifier(const std::string& model_dir) {
+    const std::string dir = TempDir();
+    ChildProcess p({kBin + "/treespec-verifier", "--port=0", "--model=" + model_dir},
+                   dir + "/err.log");
+    const int code = p.Wait(60);
+    std::string err = p.Stderr();
+    fs::remove_all(dir);
+    return {code, err};
+  }
+  // A small random model written by the project's tool.
+  std::string RandomModel(const std::string& extra = "") {
+    const std::string dir = TempDir();
+    const std::string cmd = kBin + "/treespec-random-model --arch=llama --vocab=256 --hidden=64 " +
+                            "--intermediate=128 --layers=2 --heads=4 --kv_heads=2 --context=128 " +
+                            extra + " --out=" + dir + " > /dev/null";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    return dir;
+  }
+};
+
+TEST_F(StartupTest, MissingDirectoryNamesThePath) {
+  auto [code, err] = StartVerifier("/nonexistent/model-dir");
+  EXPECT_NE(code, 0);
+  EXPECT_THAT(err, HasSubstr("/nonexistent/model-dir"));
+}
+
+TEST_F(StartupTest, TruncatedSafetensorsNamesFileAndTensor) {
+  const std::string dir = RandomModel();
+  const std::string file = dir + "/model.safetensors";
+  fs::resize_file(file, fs::file_size(file) - 1000);
+  auto [code, err] = StartVerifier(dir);
+  EXPECT_NE(code, 0);
+  EXPECT_THAT(err, HasSubstr("model.safetensors"));
+  EXPECT_THAT(err, HasSubstr("lm_head.weight"));  // the last tensor is the one cut short
+  fs::remove_all(dir);
+}
+
+TEST_F(StartupTest, WrongDtypeNamesFileAndTensor) {
+  const std::string dir = RandomModel();
+  const std::string file = dir + "/model.safetensors";
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  std::string head(4096, '\0');
+  f.read(head.data(), head.size());
+  const size_t at = head.find("\"F32\"");
+  ASSERT_NE(at, std::string::npos);
+  f.seekp(at);
+  f.write("\"I32\"", 5);  // same length: offsets stay valid
+  f.close();
+  auto [code, err] = StartVerifier(dir);
+  EXPECT_NE(code, 0);
+  EXPECT_THAT(err, HasSubstr("model.safetensors"));
+  EXPECT_THAT(err, HasSubstr("I32"));
+  fs::remove_all(dir);
+}
+
+TEST_F(StartupTest, ShapeMismatchNamesFileAndTensor) {
+  const std::string dir = RandomModel();
+  // Claim a wider MLP than the tensors have.
+  std::ifstream in(dir + "/config.json");
+  std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  const size_t at = config.find("\"intermediate_size\": 128");
+  ASSERT_NE(at, std::string::npos) << config;
+  config.replace(at, 24, "\"intermediate_size\": 192");
+  std::ofstream(dir + "/config.json") << config;
+  auto [code, err] = StartVerifier(dir);
+  EXPECT_NE(code, 0);
+  EXPECT_THAT(err, HasSubstr("model.safetensors"));
+  EXPECT_THAT(err, HasSubstr("mlp.gate_proj.weight"));
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace treespec

@@ -1,0 +1,297 @@
+// The services over real gRPC on loopback (in-process servers on port 0) with the shipped tiny
+// model pair: concurrent streaming clients, the bad-input catalogue, client cancel, a drafter
+// that goes away mid-run, model info and health.
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <memory>
+#include <thread>
+
+#include "common/model/causal_lm.h"
+#include "common/tokenizer/tokenizer.h"
+#include "drafter_service/draft_model_drafter.h"
+#include "drafter_service/drafter_service.h"
+#include "drafter_service/ngram_drafter.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "treespec/v1/generation.grpc.pb.h"
+#include "verifier_service/drafter_client.h"
+#include "verifier_service/engine.h"
+#include "verifier_service/generation_service.h"
+
+namespace treespec {
+namespace {
+
+using ::testing::HasSubstr;
+
+const std::string kRoot = TREESPEC_SOURCE_DIR;
+
+struct Drafter {
+  std::unique_ptr<DrafterService> service;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+};
+
+Drafter StartDrafter() {
+  Drafter d;
+  LmOptions lm;
+  lm.max_batch = 16;
+  auto model = LoadCpuCausalLm(kRoot + "/models/tiny-draft", lm);
+  EXPECT_TRUE(model.ok()) << model.status();
+  DrafterServiceOptions options;
+  options.default_kind = DrafterKind::kDraftModel;
+  options.vocab_size = (*model)->config().vocab_size;
+  d.service = std::make_unique<DrafterService>(
+      options, std::make_unique<NgramDrafterFactory>(NgramOptions()),
+      std::make_unique<DraftModelDrafterFactory>(*std::move(model), DraftModelOptions()));
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &d.port);
+  builder.RegisterService(d.service.get());
+  d.server = builder.BuildAndStart();
+  return d;
+}
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    drafter_ = StartDrafter();
+    ASSERT_NE(drafter_.port, 0);
+    LmOptions lm;
+    lm.max_batch = 8;
+    auto model = LoadCpuCausalLm(kRoot + "/models/tiny-target", lm);
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = *std::move(model);
+    auto tok = LoadTokenizer(kRoot + "/models/tiny-target/tokenizer.json");
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    tokenizer_ = *std::move(tok);
+    drafts_ = std::make_unique<GrpcDraftSource>("127.0.0.1:" + std::to_string(drafter_.port));
+    EngineOptions options;
+    options.max_batch = 8;
+    options.draft_timeout = absl::Milliseconds(200);  // generous: CI machines are slow
+    engine_ = std::make_unique<Engine>(model_.get(), tokenizer_.get(), drafts_.get(), options);
+    ServiceInfo info;
+    info.model_name = "tiny-target";
+    info.device = "cpu";
+    service_ = std::make_unique<GenerationService>(engine_.get(), model_.get(), tokenizer_.get(),
+                                                   info);
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(port_, 0);
+    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(port_),
+                                   grpc::InsecureChannelCredentials());
+    stub_ = v1::Generation::NewStub(channel_);
+  }
+
+  void TearDown() override {
+    if (server_) server_->Shutdown(std::chrono::system_clock::now());
+    if (engine_) engine_->Shutdown();
+    if (drafter_.server) drafter_.server->Shutdown(std::chrono::system_clock::now());
+  }
+
+  struct Outcome {
+    grpc::Status status;
+    std::vector<int32_t> ids;
+    std::string text;
+    v1::GenerateResponse last;
+  };
+
+  Outcome Generate(const v1::GenerateRequest& request) {
+    Outcome out;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    auto reader = stub_->Generate(&ctx, request);
+    v1::GenerateResponse r;
+    while (reader->Read(&r)) {
+      out.ids.insert(out.ids.end(), r.token_ids().begin(), r.token_ids().end());
+      out.text += r.text();
+      out.last = r;
+    }
+    out.status = reader->Finish();
+    return out;
+  }
+
+  static v1::GenerateRequest TextRequest(const std::string& text, v1::SpeculationMode mode,
+                                         int max_new = 40) {
+    v1::GenerateRequest r;
+    r.set_text(text);
+    r.set_return_text(true);
+    r.mutable_sampling()->set_max_new_tokens(max_new);
+    r.mutable_sampling()->set_ignore_eos(true);
+    r.mutable_speculation()->set_mode(mode);
+    return r;
+  }
+
+  v1::ModelInfo Info() {
+    grpc::ClientContext ctx;
+    v1::ModelInfo info;
+    EXPECT_TRUE(stub_->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).ok());
+    return info;
+  }
+
+  Drafter drafter_;
+  std::unique_ptr<CausalLm> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<GrpcDraftSource> drafts_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<GenerationService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Generation::Stub> stub_;
+};
+
+const char* kPrompts[] = {
+    "import os\nimport sys\n\n\ndef main(argv):\n    ",
+    "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, x):\n",
+    "for i in range(10):\n    if i % 2 == 0:\n        print(",
+    "def read_config(path):\n    with open(path) as f:\n        return json.",
+};
+
+TEST_F(ServiceTest, ConcurrentStreamsMatchPlainDecoding) {
+  std::vector<Outcome> plain;
+  for (const char* p : kPrompts) {
+    plain.push_back(Generate(TextRequest(p, v1::SPECULATION_MODE_OFF)));
+    ASSERT_TRUE(plain.back().status.ok()) << plain.back().status.error_message();
+    ASSERT_EQ(plain.back().ids.size(), 40u);
+  }
+  const v1::SpeculationMode modes[] = {v1::SPECULATION_MODE_AUTO, v1::SPECULATION_MODE_NGRAM,
+                                       v1::SPECULATION_MODE_DRAFT_MODEL};
+  std::vector<Outcome> spec(std::size(kPrompts) * std::size(modes));
+  std::vector<std::thread> clients;
+  for (size_t m = 0; m < std::size(modes); ++m) {
+    for (size_t i = 0; i < std::size(kPrompts); ++i) {
+      clients.emplace_back([&, m, i] {
+        spec[m * std::size(kPrompts) + i] = Generate(TextRequest(kPrompts[i], modes[m]));
+      });
+    }
+  }
+  for (auto& t : clients) t.join();
+  double accepted = 0, steps = 0;
+  for (size_t m = 0; m < std::size(modes); ++m) {
+    for (size_t i = 0; i < std::size(kPrompts); ++i) {
+      const Outcome& o = spec[m * std::size(kPrompts) + i];
+      ASSERT_TRUE(o.status.ok()) << o.status.error_message();
+      EXPECT_EQ(o.ids, plain[i].ids) << "mode " << modes[m] << " prompt " << i;
+      EXPECT_EQ(o.text, plain[i].text);
+      EXPECT_EQ(o.last.usage().completion_tokens(), 40);
+      if (modes[m] == v1::SPECULATION_MODE_DRAFT_MODEL) {
+        accepted += o.last.speculation().accepted_tokens();
+        steps += o.last.speculation().steps();
+      }
+    }
+  }
+  // The trained draft really drafts: well over one token per step on code.
+  EXPECT_GT(1 + accepted / steps, 1.5);
+}
+
+TEST_F(ServiceTest, BadInputGetsActionableStatusAndServerKeepsServing) {
+  struct Case {
+    const char* name;
+    std::function<void(v1::GenerateRequest&)> edit;
+    grpc::StatusCode code;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"empty prompt", [](auto& r) { r.set_text(""); }, grpc::INVALID_ARGUMENT, "prompt is empty"},
+      {"no prompt", [](auto& r) { r.clear_prompt(); }, grpc::INVALID_ARGUMENT, "prompt is empty"},
+      {"id out of range",
+       [](auto& r) { r.mutable_token_ids()->add_ids(5); r.mutable_token_ids()->add_ids(91234); },
+       grpc::INVALID_ARGUMENT, "91234 at index 1 is out of range [0, 4096)"},
+      {"invalid utf-8", [](auto& r) { r.set_text(std::string("ab\xff\xfe", 4)); },
+       grpc::INVALID_ARGUMENT, "UTF-8"},
+      {"prompt too long",
+       [](auto& r) {
+         for (int i = 0; i < 2048; ++i) r.mutable_token_ids()->add_ids(7);
+       },
+       grpc::INVALID_ARGUMENT, "context length is 2048"},
+      {"max_new_tokens 0", [](auto& r) { r.mutable_sampling()->set_max_new_tokens(0); },
+       grpc::INVALID_ARGUMENT, "max_new_tokens must be > 0"},
+      {"max_new_tokens negative", [](auto& r) { r.mutable_sampling()->set_max_new_tokens(-5); },
+       grpc::INVALID_ARGUMENT, "max_new_tokens must be > 0"},
+      {"max_new_tokens beyond context",
+       [](auto& r) { r.mutable_sampling()->set_max_new_tokens(5000); }, grpc::INVALID_ARGUMENT,
+       "exceeds the context length 2048"},
+      {"temperature < 0", [](auto& r) { r.mutable_sampling()->set_temperature(-0.5f); },
+       grpc::INVALID_ARGUMENT, "temperature must be a finite number >= 0"},
+      {"top_p 0", [](auto& r) { r.mutable_sampling()->set_top_p(0.0f); }, grpc::INVALID_ARGUMENT,
+       "top_p must be in (0, 1]"},
+      {"top_p > 1", [](auto& r) { r.mutable_sampling()->set_top_p(1.5f); },
+       grpc::INVALID_ARGUMENT, "top_p must be in (0, 1]"},
+      {"unknown mode",
+       [](auto& r) { r.mutable_speculation()->set_mode(static_cast<v1::SpeculationMode>(42)); },
+       grpc::INVALID_ARGUMENT, "speculation.mode 42 is not a known mode"},
+      {"tree budget 0", [](auto& r) { r.mutable_speculation()->set_tree_budget(0); },
+       grpc::INVALID_ARGUMENT, "tree_budget must be in [1, 256]"},
+      {"tree budget huge", [](auto& r) { r.mutable_speculation()->set_tree_budget(1 << 30); },
+       grpc::INVALID_ARGUMENT, "tree_budget must be in [1, 256]"},
+  };
+  for (const Case& c : cases) {
+    v1::GenerateRequest r = TextRequest("def f(x):\n    return", v1::SPECULATION_MODE_AUTO, 8);
+    c.edit(r);
+    Outcome o = Generate(r);
+    EXPECT_EQ(o.status.error_code(), c.code) << c.name << ": " << o.status.error_message();
+    EXPECT_THAT(o.status.error_message(), HasSubstr(c.message)) << c.name;
+    EXPECT_TRUE(o.ids.empty()) << c.name;
+  }
+  Outcome good = Generate(TextRequest("def f(x):\n    return", v1::SPECULATION_MODE_AUTO, 8));
+  EXPECT_TRUE(good.status.ok()) << good.status.error_message();
+  EXPECT_EQ(good.ids.size(), 8u);
+}
+
+TEST_F(ServiceTest, ClientCancelFreesKvPages) {
+  const v1::ModelInfo before = Info();
+  ASSERT_EQ(before.kv_pages_free(), before.kv_cache_pages());
+  grpc::ClientContext ctx;
+  auto reader = stub_->Generate(&ctx, TextRequest(kPrompts[0], v1::SPECULATION_MODE_AUTO, 1500));
+  v1::GenerateResponse r;
+  ASSERT_TRUE(reader->Read(&r));
+  ASSERT_TRUE(reader->Read(&r));
+  EXPECT_LT(Info().kv_pages_free(), before.kv_cache_pages());
+  ctx.TryCancel();
+  while (reader->Read(&r)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::CANCELLED);
+  v1::ModelInfo after;
+  for (int i = 0; i < 500; ++i) {
+    after = Info();
+    if (after.requests_running() == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(after.requests_running(), 0);
+  EXPECT_EQ(after.kv_pages_free(), after.kv_cache_pages());
+}
+
+TEST_F(ServiceTest, DrafterGoingAwayChangesNoOutput) {
+  const v1::GenerateRequest request = TextRequest(kPrompts[1], v1::SPECULATION_MODE_AUTO, 120);
+  const Outcome plain = Generate(TextRequest(kPrompts[1], v1::SPECULATION_MODE_OFF, 120));
+  ASSERT_TRUE(plain.status.ok());
+  Outcome spec;
+  std::thread client([&] { spec = Generate(request); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  drafter_.server->Shutdown(std::chrono::system_clock::now());  // cancels live sessions
+  client.join();
+  ASSERT_TRUE(spec.status.ok()) << spec.status.error_message();
+  EXPECT_EQ(spec.ids, plain.ids);
+  // New requests still work with no drafter at all.
+  Outcome after = Generate(request);
+  ASSERT_TRUE(after.status.ok());
+  EXPECT_EQ(after.ids, plain.ids);
+}
+
+TEST_F(ServiceTest, ModelInfoAndHealth) {
+  const v1::ModelInfo info = Info();
+  EXPECT_EQ(info.vocab_size(), 4096);
+  EXPECT_EQ(info.context_length(), 2048);
+  EXPECT_EQ(info.architecture(), "LlamaForCausalLM");
+  EXPECT_EQ(info.num_layers(), 6);
+  EXPECT_THAT(info.eos_token_ids(), ::testing::ElementsAre(0));
+  EXPECT_EQ(info.max_prompt_tokens(), 2047);
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  ASSERT_NE(health, nullptr);
+}
+
+}  // namespace
+}  // namespace treespec

@@ -1,0 +1,49 @@
+// How the engine gets draft trees, independent of transport (the gRPC client implements it).
+#ifndef TREESPEC_VERIFIER_SERVICE_DRAFT_SOURCE_H_
+#define TREESPEC_VERIFIER_SERVICE_DRAFT_SOURCE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/tree/token_tree.h"
+#include "verifier_service/request.h"
+
+namespace treespec {
+
+// One request's drafting session. Methods never block on the network.
+class DraftStream {
+ public:
+  virtual ~DraftStream() = default;
+  // Sends the tokens emitted since the last commit (the last one is the pending bonus).
+  virtual void Commit(int64_t step, std::vector<int32_t> tokens) = 0;
+  // The tree answering commit `step`, once it has arrived (stale steps are dropped).
+  virtual std::optional<DraftedTree> TakeTree(int64_t step) = 0;
+  // True once the stream has ended: no more trees will come.
+  virtual bool broken() const = 0;
+};
+
+struct DraftOpenParams {
+  std::string request_id;
+  std::vector<int32_t> prompt;
+  SpecMode mode = SpecMode::kAuto;
+  int tree_budget = 0;
+  int max_depth = 0;
+};
+
+class DraftSource {
+ public:
+  virtual ~DraftSource() = default;
+  // Opens a session. `on_arrival` runs (on a transport thread) whenever a tree arrives or the
+  // stream ends, so the engine can stop waiting.
+  virtual std::unique_ptr<DraftStream> Open(const DraftOpenParams& params,
+                                            std::function<void()> on_arrival) = 0;
+  virtual std::string target() const = 0;
+};
+
+}  // namespace treespec
+
+#endif  // TREESPEC_VERIFIER_SERVICE_DRAFT_SOURCE_H_

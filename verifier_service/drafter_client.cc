@@ -1,0 +1,175 @@
+#include "verifier_service/drafter_client.h"
+
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <utility>
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+#include "common/util/log.h"
+
+namespace treespec {
+
+namespace {
+
+v1::SpeculationMode ToProtoMode(SpecMode mode) {
+  switch (mode) {
+    case SpecMode::kOff: return v1::SPECULATION_MODE_OFF;
+    case SpecMode::kAuto: return v1::SPECULATION_MODE_AUTO;
+    case SpecMode::kNgram: return v1::SPECULATION_MODE_NGRAM;
+    case SpecMode::kDraftModel: return v1::SPECULATION_MODE_DRAFT_MODEL;
+  }
+  return v1::SPECULATION_MODE_AUTO;
+}
+
+// The reactor owns itself: it lives until gRPC calls OnDone, even after the engine has dropped
+// its handle (which only cancels the call). State shared with the engine sits behind mu_.
+class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1::DraftResponse> {
+ public:
+  SessionReactor(v1::Drafter::Stub* stub, const DraftOpenParams& params,
+                 std::function<void()> on_arrival)
+      : on_arrival_(std::move(on_arrival)) {
+    v1::DraftRequest open;
+    v1::DraftOpen* o = open.mutable_open();
+    o->set_request_id(params.request_id);
+    o->mutable_prompt_ids()->Add(params.prompt.begin(), params.prompt.end());
+    o->set_mode(ToProtoMode(params.mode));
+    o->set_tree_budget(params.tree_budget);
+    o->set_max_depth(params.max_depth);
+    stub->async()->Draft(&context_, this);
+    pending_.push_back(std::move(open));
+    writing_ = true;
+    StartWrite(&pending_.front());
+    StartRead(&response_);
+    // The hold keeps OnDone (and the reactor) back until the engine detaches, so the engine's
+    // handle never dangles; a dead stream shows up as a failed read instead.
+    AddHold();
+    StartCall();
+  }
+
+  void Commit(int64_t step, std::vector<int32_t> tokens) {
+    v1::DraftRequest request;
+    request.mutable_commit()->set_step(step);
+    request.mutable_commit()->mutable_tokens()->Add(tokens.begin(), tokens.end());
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_ || detached_) return;
+    pending_.push_back(std::move(request));
+    if (!writing_) {
+      writing_ = true;
+      StartWrite(&pending_.front());
+    }
+  }
+
+  std::optional<DraftedTree> TakeTree(int64_t step) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!latest_.has_value() || latest_step_ != step) return std::nullopt;
+    std::optional<DraftedTree> out = std::move(latest_);
+    latest_.reset();
+    return out;
+  }
+
+  bool broken() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return finished_;
+  }
+
+  // The engine is done with this session: cancel the call; OnDone frees the reactor.
+  void Detach() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      detached_ = true;
+      on_arrival_ = nullptr;
+    }
+    context_.TryCancel();
+    RemoveHold();
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.pop_front();
+    if (!ok) {
+      writing_ = false;
+      return;  // the stream is broken; OnDone follows
+    }
+    if (!pending_.empty() && !detached_) {
+      StartWrite(&pending_.front());
+    } else {
+      writing_ = false;
+    }
+  }
+
+  void OnReadDone(bool ok) override {
+    std::function<void()> notify;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (ok) {
+        const v1::DraftTree& t = response_.tree();
+        DraftedTree tree;
+        tree.tokens.assign(t.tokens().begin(), t.tokens().end());
+        tree.parents.assign(t.parents().begin(), t.parents().end());
+        tree.logprobs.assign(t.logprobs().begin(), t.logprobs().end());
+        latest_step_ = t.step();
+        latest_ = std::move(tree);
+      } else {
+        finished_ = true;  // the drafter closed or failed the stream
+        if (!detached_) TS_LOG(kWarning, "draft stream ended; continuing without speculation");
+      }
+      notify = on_arrival_;
+    }
+    // Called without mu_ held: the engine takes its own lock and then ours in TakeTree.
+    if (notify) notify();
+    if (ok) StartRead(&response_);
+  }
+
+  // Runs once the engine has detached and every operation has finished.
+  void OnDone(const grpc::Status& status) override {
+    if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED) {
+      TS_LOG(kWarning, "draft session ended: %s", status.error_message());
+    }
+    delete this;
+  }
+
+ private:
+  grpc::ClientContext context_;
+  v1::DraftResponse response_;
+  mutable std::mutex mu_;
+  std::function<void()> on_arrival_;
+  std::deque<v1::DraftRequest> pending_;  // front() is being written while writing_
+  bool writing_ = false;
+  bool finished_ = false;
+  bool detached_ = false;
+  std::optional<DraftedTree> latest_;
+  int64_t latest_step_ = -1;
+};
+
+class GrpcDraftStream final : public DraftStream {
+ public:
+  explicit GrpcDraftStream(SessionReactor* reactor) : reactor_(reactor) {}
+  ~GrpcDraftStream() override { reactor_->Detach(); }
+
+  void Commit(int64_t step, std::vector<int32_t> tokens) override {
+    reactor_->Commit(step, std::move(tokens));
+  }
+  std::optional<DraftedTree> TakeTree(int64_t step) override { return reactor_->TakeTree(step); }
+  bool broken() const override { return reactor_->broken(); }
+
+ private:
+  SessionReactor* reactor_;  // alive until Detach releases its hold
+};
+
+}  // namespace
+
+GrpcDraftSource::GrpcDraftSource(const std::string& target)
+    : target_(target),
+      channel_(grpc::CreateChannel(target, grpc::InsecureChannelCredentials())),
+      stub_(v1::Drafter::NewStub(channel_)) {}
+
+std::unique_ptr<DraftStream> GrpcDraftSource::Open(const DraftOpenParams& params,
+                                                   std::function<void()> on_arrival) {
+  return std::make_unique<GrpcDraftStream>(
+      new SessionReactor(stub_.get(), params, std::move(on_arrival)));
+}
+
+}  // namespace treespec

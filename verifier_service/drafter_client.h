@@ -1,0 +1,33 @@
+// DraftSource over gRPC: one Drafter.Draft bidi stream per request, driven by a callback
+// reactor so the engine never blocks on the network.
+#ifndef TREESPEC_VERIFIER_SERVICE_DRAFTER_CLIENT_H_
+#define TREESPEC_VERIFIER_SERVICE_DRAFTER_CLIENT_H_
+
+#include <memory>
+#include <string>
+
+#include <grpcpp/channel.h>
+
+#include "treespec/v1/drafter.grpc.pb.h"
+#include "verifier_service/draft_source.h"
+
+namespace treespec {
+
+class GrpcDraftSource final : public DraftSource {
+ public:
+  // `target` is any gRPC target ("127.0.0.1:50061", "dns:///drafter:50061").
+  explicit GrpcDraftSource(const std::string& target);
+
+  std::unique_ptr<DraftStream> Open(const DraftOpenParams& params,
+                                    std::function<void()> on_arrival) override;
+  std::string target() const override { return target_; }
+
+ private:
+  std::string target_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Drafter::Stub> stub_;
+};
+
+}  // namespace treespec
+
+#endif  // TREESPEC_VERIFIER_SERVICE_DRAFTER_CLIENT_H_

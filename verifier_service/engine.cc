@@ -1,0 +1,499 @@
+#include "verifier_service/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/model/sampling.h"
+#include "common/util/log.h"
+#include "verifier_service/output_processor.h"
+
+namespace treespec {
+
+struct Engine::Active {
+  uint64_t handle = 0;
+  GenerationRequest request;
+  std::shared_ptr<RequestSink> sink;
+  std::unique_ptr<OutputProcessor> output;
+  std::unique_ptr<DraftStream> draft;   // null: no speculation for this request
+  SeqId seq = 0;
+  int committed_len = 0;                // L: tokens whose K/V are in the cache
+  int32_t bonus = -1;                   // the target's last choice, not yet in the cache
+  bool prefilled = false;
+  int64_t step = 0;                     // step of the last commit sent to the drafter
+  absl::Time commit_sent;
+  int timeouts = 0;                     // consecutive steps without a draft in time
+  std::optional<DraftedTree> tree;      // the draft for `step`, once taken
+  SpecStats stats;
+  absl::Time start;
+  int pages = 0;                        // worst-case KV pages promised at admission
+  bool done = false;
+};
+
+namespace {
+
+std::string FinishReasonName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone: return "none";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kEos: return "eos";
+    case FinishReason::kStopToken: return "stop_token";
+    case FinishReason::kStopString: return "stop_string";
+    case FinishReason::kContext: return "context";
+    case FinishReason::kCancelled: return "cancelled";
+  }
+  return "?";
+}
+
+absl::Status InvalidArgument(const std::string& message) {
+  return absl::InvalidArgumentError(message);
+}
+
+}  // namespace
+
+Engine::Engine(CausalLm* model, const Tokenizer* tokenizer, DraftSource* drafts,
+               EngineOptions options)
+    : model_(model), tokenizer_(tokenizer), drafts_(drafts), options_(std::move(options)) {
+  const int model_context = model_->config().max_position_embeddings;
+  if (options_.context_length <= 0 || options_.context_length > model_context) {
+    options_.context_length = model_context;
+  }
+  thread_ = std::thread([this] { Loop(); });
+}
+
+Engine::~Engine() { Shutdown(); }
+
+int Engine::PagesFor(int slots) const {
+  const int page = model_->kv_cache().page_size();
+  return (slots + page - 1) / page;
+}
+
+absl::Status Engine::Validate(GenerationRequest& r) const {
+  const int vocab = model_->config().vocab_size;
+  const int context = options_.context_length;
+  const int prompt_len = static_cast<int>(r.prompt.size());
+  if (r.prompt.empty()) {
+    return InvalidArgument("prompt is empty: set `text` or `token_ids` to at least one token");
+  }
+  for (int i = 0; i < prompt_len; ++i) {
+    if (r.prompt[i] < 0 || r.prompt[i] >= vocab) {
+      return InvalidArgument(absl::StrCat("prompt token id ", r.prompt[i], " at index ", i,
+                                          " is out of range [0, ", vocab, ")"));
+    }
+  }
+  if (prompt_len >= context) {
+    return InvalidArgument(absl::StrCat("prompt has ", prompt_len,
+                                        " tokens but the context length is ", context,
+                                        "; shorten it to at most ", context - 1, " tokens"));
+  }
+  if (r.max_new_tokens.has_value()) {
+    if (*r.max_new_tokens <= 0) {
+      return InvalidArgument(absl::StrCat("sampling.max_new_tokens must be > 0 (got ",
+                                          *r.max_new_tokens, ")"));
+    }
+    if (prompt_len + *r.max_new_tokens > context) {
+      return InvalidArgument(absl::StrCat(
+          "prompt (", prompt_len, " tokens) + sampling.max_new_tokens (", *r.max_new_tokens,
+          ") exceeds the context length ", context, "; set max_new_tokens <= ",
+          context - prompt_len));
+    }
+  } else {
+    r.max_new_tokens = std::min(options_.default_max_new_tokens, context - prompt_len);
+  }
+  const float t = r.sampling.temperature;
+  if (!std::isfinite(t) || t < 0) {
+    return InvalidArgument(absl::StrCat("sampling.temperature must be a finite number >= 0 (got ",
+                                        t, "); 0 means greedy"));
+  }
+  if (r.top_p.has_value()) {
+    if (!(*r.top_p > 0.0f && *r.top_p <= 1.0f)) {
+      return InvalidArgument(
+          absl::StrCat("sampling.top_p must be in (0, 1] (got ", *r.top_p, ")"));
+    }
+  } else {
+    r.top_p = 1.0f;
+  }
+  r.sampling.top_p = *r.top_p;
+  if (r.sampling.top_k < 0) {
+    return InvalidArgument(
+        absl::StrCat("sampling.top_k must be >= 0 (got ", r.sampling.top_k, "); 0 = no limit"));
+  }
+  for (int32_t id : r.stop_token_ids) {
+    if (id < 0 || id >= vocab) {
+      return InvalidArgument(absl::StrCat("sampling.stop_token_ids: id ", id,
+                                          " is out of range [0, ", vocab, ")"));
+    }
+  }
+  for (const std::string& s : r.stop_strings) {
+    if (s.empty()) return InvalidArgument("sampling.stop_strings must not contain empty strings");
+    if (tokenizer_ == nullptr) {
+      return absl::FailedPreconditionError(
+          "sampling.stop_strings need a tokenizer, and this server has none");
+    }
+  }
+  if (r.tree_budget.has_value()) {
+    if (*r.tree_budget < 1 || *r.tree_budget > options_.max_tree_budget) {
+      return InvalidArgument(absl::StrCat("speculation.tree_budget must be in [1, ",
+                                          options_.max_tree_budget, "] (got ", *r.tree_budget,
+                                          ")"));
+    }
+  } else {
+    r.tree_budget = options_.default_tree_budget;
+  }
+  if (r.max_depth.has_value()) {
+    if (*r.max_depth < 1 || *r.max_depth > options_.max_depth_limit) {
+      return InvalidArgument(absl::StrCat("speculation.max_depth must be in [1, ",
+                                          options_.max_depth_limit, "] (got ", *r.max_depth,
+                                          ")"));
+    }
+  } else {
+    r.max_depth = options_.default_max_depth;
+  }
+  if (r.spec_mode != SpecMode::kOff && drafts_ == nullptr) {
+    if (r.spec_mode != SpecMode::kAuto) {
+      return absl::FailedPreconditionError(
+          "this verifier has no drafter (start it with --drafter=HOST:PORT); use speculation "
+          "mode AUTO or OFF");
+    }
+    r.spec_mode = SpecMode::kOff;
+  }
+  const int need = PagesFor(prompt_len + *r.max_new_tokens + *r.tree_budget + 1);
+  if (need > model_->kv_cache().num_pages()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "request needs ", need, " KV-cache pages but the cache has ",
+        model_->kv_cache().num_pages(), " in all; lower max_new_tokens or raise --kv_pages"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> Engine::Submit(GenerationRequest request,
+                                        std::shared_ptr<RequestSink> sink) {
+  auto active = std::make_unique<Active>();
+  active->request = std::move(request);
+  active->sink = std::move(sink);
+  active->start = absl::Now();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shutdown_) return absl::UnavailableError("the server is shutting down; retry elsewhere");
+  if (static_cast<int>(queue_.size()) >= options_.max_queue) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the request queue is full (", options_.max_queue, " waiting); retry later"));
+  }
+  active->handle = next_handle_++;
+  const uint64_t handle = active->handle;
+  queue_.push_back(std::move(active));
+  cv_.notify_all();
+  return handle;
+}
+
+void Engine::Cancel(uint64_t handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_.insert(handle);
+  cv_.notify_all();
+}
+
+void Engine::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutdown_ && !thread_.joinable()) return;
+    shutdown_ = true;
+    cv_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+EngineSnapshot Engine::Snapshot() const {
+  EngineSnapshot s;
+  std::lock_guard<std::mutex> lock(mu_);
+  s.running = running_count_;
+  s.queued = static_cast<int>(queue_.size());
+  s.kv_pages_free = model_->kv_cache().free_pages();
+  s.kv_pages_total = model_->kv_cache().num_pages();
+  s.kv_page_size = model_->kv_cache().page_size();
+  return s;
+}
+
+void Engine::Loop() {
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return shutdown_ || !queue_.empty() || !running_.empty(); });
+      if (shutdown_) break;
+    }
+    DropCancelled();
+    Admit();
+    if (running_.empty()) continue;
+    WaitForDrafts();
+    DropCancelled();
+    if (!running_.empty()) Step();
+    RemoveFinished();
+  }
+  // Shutdown: everything still here ends now.
+  std::deque<std::unique_ptr<Active>> queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queued.swap(queue_);
+  }
+  for (auto& q : queued) running_.push_back(std::move(q));
+  for (auto& a : running_) {
+    GenerationUpdate update;
+    update.finished = true;
+    update.finish_reason = FinishReason::kCancelled;
+    update.status = absl::UnavailableError("the server is shutting down");
+    Finish(*a, std::move(update));
+  }
+  RemoveFinished();
+}
+
+void Engine::DropCancelled() {
+  absl::flat_hash_set<uint64_t> cancelled;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cancelled_.empty()) return;
+    cancelled.swap(cancelled_);
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if (cancelled.contains((*it)->handle)) {
+        TS_LOG(kInfo, "request %s cancelled while queued", (*it)->request.id);
+        it = queue_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& a : running_) {
+    if (a->done || !cancelled.contains(a->handle)) continue;
+    TS_LOG(kInfo, "request %s cancelled after %d tokens", a->request.id,
+           a->output->completion_tokens());
+    Release(*a);
+  }
+  RemoveFinished();
+}
+
+void Engine::Admit() {
+  const int total_pages = model_->kv_cache().num_pages();
+  while (static_cast<int>(running_.size()) < options_.max_batch) {
+    std::unique_ptr<Active> a;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (queue_.empty()) break;
+      const GenerationRequest& r = queue_.front()->request;
+      // Worst case: whole prompt + output + the largest tree this request may verify.
+      const int need = PagesFor(static_cast<int>(r.prompt.size()) + *r.max_new_tokens +
+                                *r.tree_budget + 1);
+      if (pages_promised_ + need > total_pages) break;  // waits for pages to free up
+      a = std::move(queue_.front());
+      queue_.pop_front();
+      a->pages = need;
+      pages_promised_ += need;
+      running_count_ = static_cast<int>(running_.size()) + 1;
+    }
+    a->seq = model_->CreateSequence();
+    a->output = std::make_unique<OutputProcessor>(a->request, tokenizer_,
+                                                  model_->config().eos_token_ids);
+    if (a->request.spec_mode != SpecMode::kOff && drafts_ != nullptr) {
+      DraftOpenParams open;
+      open.request_id = a->request.id;
+      open.prompt = a->request.prompt;
+      open.mode = a->request.spec_mode;
+      open.tree_budget = *a->request.tree_budget;
+      open.max_depth = *a->request.max_depth;
+      a->draft = drafts_->Open(open, [this] {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++draft_events_;
+        cv_.notify_all();
+      });
+      a->stats.accepted_per_depth.assign(*a->request.max_depth, 0);
+      a->stats.drafted_per_depth.assign(*a->request.max_depth, 0);
+    }
+    running_.push_back(std::move(a));
+  }
+}
+
+void Engine::WaitForDrafts() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!shutdown_ && cancelled_.empty()) {
+    const absl::Time now = absl::Now();
+    absl::Time deadline = absl::InfinitePast();
+    for (auto& a : running_) {
+      if (!a->prefilled || a->draft == nullptr || a->tree.has_value()) continue;
+      a->tree = a->draft->TakeTree(a->step);
+      if (a->tree.has_value() || a->draft->broken()) continue;
+      if (a->timeouts >= options_.max_consecutive_timeouts) continue;  // don't wait on it
+      deadline = std::max(deadline, a->commit_sent + options_.draft_timeout);
+    }
+    if (deadline <= now) break;
+    const int64_t seen = draft_events_;
+    cv_.wait_for(lock, absl::ToChronoNanoseconds(deadline - now), [&] {
+      return shutdown_ || draft_events_ != seen || !cancelled_.empty();
+    });
+  }
+}
+
+void Engine::Step() {
+  const ModelConfig& config = model_->config();
+  const int context = options_.context_length;
+  std::vector<SeqTree> batch;
+  batch.reserve(running_.size());
+  for (auto& a : running_) {
+    SeqTree t;
+    t.seq = a->seq;
+    t.committed_len = a->committed_len;
+    if (!a->prefilled) {
+      t.tokens = a->request.prompt;
+      t.parents.resize(t.tokens.size());
+      std::iota(t.parents.begin(), t.parents.end(), -1);
+    } else {
+      DraftedTree drafted;
+      if (a->tree.has_value()) {
+        absl::Status valid = ValidateDraftedTree(*a->tree, config.vocab_size,
+                                                 *a->request.tree_budget, *a->request.max_depth);
+        if (valid.ok()) {
+          drafted = std::move(*a->tree);
+        } else if (a->stats.bad_trees++ == 0) {
+          TS_LOG(kWarning, "request %s step %d: dropping bad draft tree: %s (further ones for "
+                 "this request are counted, not logged)", a->request.id, a->step,
+                 std::string(valid.message()));
+        } else {
+          TS_LOG(kDebug, "request %s step %d: dropping bad draft tree: %s", a->request.id,
+                 a->step, std::string(valid.message()));
+        }
+        a->timeouts = 0;
+      } else if (a->draft != nullptr) {
+        ++a->timeouts;
+      }
+      a->tree.reset();
+      ToVerifyTree(a->bonus, drafted, &t.tokens, &t.parents);
+      // Never write past the context window: a prefix of the nodes is still a tree.
+      const int room = context - a->committed_len;
+      if (static_cast<int>(t.tokens.size()) > room) {
+        t.tokens.resize(room);
+        t.parents.resize(room);
+      }
+    }
+    batch.push_back(std::move(t));
+  }
+
+  absl::StatusOr<std::vector<float>> logits = model_->Forward(batch);
+  if (!logits.ok()) {
+    TS_LOG(kError, "forward of %d requests failed: %s", static_cast<int>(batch.size()),
+           std::string(logits.status().message()));
+    for (auto& a : running_) {
+      GenerationUpdate update;
+      update.finished = true;
+      update.status = absl::InternalError(
+          absl::StrCat("verify step failed: ", logits.status().message()));
+      Finish(*a, std::move(update));
+    }
+    return;
+  }
+
+  const int vocab = config.vocab_size;
+  size_t row = 0;
+  for (size_t b = 0; b < running_.size(); ++b) {
+    Active& a = *running_[b];
+    const SeqTree& t = batch[b];
+    const int n = static_cast<int>(t.tokens.size());
+    const float* rows = logits->data() + row * vocab;
+    row += n;
+    std::vector<int32_t> emitted;
+    if (!a.prefilled) {
+      const int prompt_len = n;
+      const int32_t first = ChooseToken(absl::MakeConstSpan(rows + (n - 1) * vocab, vocab),
+                                        a.request.sampling, prompt_len);
+      std::vector<int> path(n);
+      std::iota(path.begin(), path.end(), 0);
+      model_->Commit(a.seq, 0, path);
+      a.committed_len = prompt_len;
+      a.prefilled = true;
+      a.bonus = first;
+      a.step = 0;  // the drafter's first tree answers commit 0 (the first bonus)
+      emitted.push_back(first);
+    } else {
+      const std::vector<int32_t> depth = NodeDepths(t.parents);
+      std::vector<int32_t> choice(n);
+      for (int i = 0; i < n; ++i) {
+        choice[i] = ChooseToken(absl::MakeConstSpan(rows + i * vocab, vocab), a.request.sampling,
+                                a.committed_len + depth[i] + 1);
+      }
+      const std::vector<int32_t> path = WalkTree(t.tokens, t.parents, choice);
+      const int k = static_cast<int>(path.size()) - 1;
+      model_->Commit(a.seq, a.committed_len, std::vector<int>(path.begin(), path.end()));
+      for (int j = 1; j <= k; ++j) emitted.push_back(t.tokens[path[j]]);
+      emitted.push_back(choice[path[k]]);
+      a.committed_len += k + 1;
+      a.bonus = choice[path[k]];
+      ++a.step;
+      if (a.draft != nullptr) {
+        SpecStats& s = a.stats;
+        ++s.steps;
+        s.drafted_tokens += n - 1;
+        s.accepted_tokens += k;
+        if (n == 1) ++s.fallback_steps;
+        const int max_depth = *std::max_element(depth.begin(), depth.end());
+        for (int d = 0; d < max_depth && d < static_cast<int>(s.drafted_per_depth.size()); ++d) {
+          ++s.drafted_per_depth[d];
+        }
+        for (int d = 0; d < k && d < static_cast<int>(s.accepted_per_depth.size()); ++d) {
+          ++s.accepted_per_depth[d];
+        }
+      }
+    }
+    GenerationUpdate update = a.output->Append(emitted);
+    if (!update.finished && a.committed_len >= context) {
+      GenerationUpdate last = a.output->Finish(FinishReason::kContext);
+      update.text += last.text;
+      update.finished = true;
+      update.finish_reason = FinishReason::kContext;
+    }
+    if (update.finished) {
+      Finish(a, std::move(update));
+      continue;
+    }
+    a.sink->OnUpdate(std::move(update));
+    if (a.draft != nullptr) {
+      a.commit_sent = absl::Now();
+      a.draft->Commit(a.step, std::move(emitted));
+    }
+  }
+}
+
+void Engine::Finish(Active& a, GenerationUpdate update) {
+  update.prompt_tokens = static_cast<int>(a.request.prompt.size());
+  update.completion_tokens = a.output ? a.output->completion_tokens() : 0;
+  update.stats = a.stats;
+  update.elapsed_ms = absl::ToDoubleMilliseconds(absl::Now() - a.start);
+  if (update.status.ok()) {
+    const double secs = update.elapsed_ms / 1e3;
+    TS_LOG(kInfo,
+           "request %s done: %s, prompt %d, completion %d tokens, %.1f ms, %.1f tok/s, steps %d, "
+           "mean acceptance %.2f",
+           a.request.id, FinishReasonName(update.finish_reason), update.prompt_tokens,
+           update.completion_tokens, update.elapsed_ms,
+           secs > 0 ? update.completion_tokens / secs : 0.0, static_cast<int>(a.stats.steps),
+           a.stats.MeanAcceptanceLength());
+  } else {
+    TS_LOG(kWarning, "request %s failed: %s", a.request.id, std::string(update.status.message()));
+  }
+  a.sink->OnUpdate(std::move(update));
+  Release(a);
+}
+
+void Engine::Release(Active& a) {
+  if (a.done) return;
+  a.done = true;
+  if (a.seq != 0) model_->FreeSequence(a.seq);
+  a.draft.reset();
+  a.sink.reset();
+  pages_promised_ -= a.pages;
+}
+
+void Engine::RemoveFinished() {
+  running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                [](const std::unique_ptr<Active>& a) { return a->done; }),
+                 running_.end());
+  std::lock_guard<std::mutex> lock(mu_);
+  running_count_ = static_cast<int>(running_.size());
+}
+
+}  // namespace treespec

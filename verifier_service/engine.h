@@ -1,0 +1,114 @@
+// The verifier engine (DESIGN §2–§3): admission, prefill, continuous batching of verify steps
+// over every running request, the walk and commit, stopping, streaming, fail-open drafting.
+// One scheduler thread owns the model; callers talk to it through Submit/Cancel.
+#ifndef TREESPEC_VERIFIER_SERVICE_ENGINE_H_
+#define TREESPEC_VERIFIER_SERVICE_ENGINE_H_
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/model/causal_lm.h"
+#include "common/tokenizer/tokenizer.h"
+#include "verifier_service/draft_source.h"
+#include "verifier_service/request.h"
+
+namespace treespec {
+
+struct EngineOptions {
+  int max_batch = 16;              // requests verified together in one forward
+  int max_queue = 1024;            // waiting requests beyond this are refused
+  int default_tree_budget = 16;
+  int default_max_depth = 8;
+  int max_tree_budget = 256;
+  int max_depth_limit = 64;
+  int default_max_new_tokens = 256;
+  int context_length = 0;          // 0: the model's max_position_embeddings
+  absl::Duration draft_timeout = absl::Milliseconds(50);  // per-step wait for a draft
+  int max_consecutive_timeouts = 3;  // then stop waiting for that session
+};
+
+// Receives a request's updates, on the engine thread. Must not block.
+class RequestSink {
+ public:
+  virtual ~RequestSink() = default;
+  virtual void OnUpdate(GenerationUpdate update) = 0;
+};
+
+struct EngineSnapshot {
+  int running = 0;
+  int queued = 0;
+  int kv_pages_free = 0;
+  int kv_pages_total = 0;
+  int kv_page_size = 0;
+};
+
+class Engine {
+ public:
+  // `tokenizer` may be null (ids only); `drafts` may be null (no speculation).
+  Engine(CausalLm* model, const Tokenizer* tokenizer, DraftSource* drafts,
+         EngineOptions options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const EngineOptions& options() const { return options_; }
+  int context_length() const { return options_.context_length; }
+
+  // Fills defaults and checks `request` against the model and limits. INVALID_ARGUMENT (etc.)
+  // with a message naming the field.
+  absl::Status Validate(GenerationRequest& request) const;
+  // Queues a validated request and returns its handle. RESOURCE_EXHAUSTED when the queue is
+  // full, UNAVAILABLE after Shutdown. Updates go to `sink` until one with finished=true.
+  absl::StatusOr<uint64_t> Submit(GenerationRequest request, std::shared_ptr<RequestSink> sink);
+  // Stops a request at the next step and frees its KV pages; its sink gets no more updates.
+  void Cancel(uint64_t handle);
+  // Finishes the scheduler thread; running requests end with FinishReason::kCancelled.
+  void Shutdown();
+
+  EngineSnapshot Snapshot() const;
+
+ private:
+  struct Active;
+
+  void Loop();
+  void Admit();
+  void DropCancelled();
+  void WaitForDrafts();
+  void Step();
+  // Sends the final update and releases the request (KV pages, draft session).
+  void Finish(Active& active, GenerationUpdate update);
+  void Release(Active& active);
+  void RemoveFinished();
+  int PagesFor(int slots) const;
+
+  CausalLm* model_;
+  const Tokenizer* tokenizer_;
+  DraftSource* drafts_;
+  EngineOptions options_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;          // new work, cancels, arrived drafts, shutdown
+  std::deque<std::unique_ptr<Active>> queue_;
+  absl::flat_hash_set<uint64_t> cancelled_;
+  uint64_t next_handle_ = 1;
+  bool shutdown_ = false;
+  int running_count_ = 0;               // mirror of running_.size() for Snapshot
+  int64_t draft_events_ = 0;            // bumped on every arrival, so waits can't miss one
+
+  std::vector<std::unique_ptr<Active>> running_;  // engine thread only
+  int pages_promised_ = 0;              // worst-case pages of running requests (engine thread)
+  std::thread thread_;
+};
+
+}  // namespace treespec
+
+#endif  // TREESPEC_VERIFIER_SERVICE_ENGINE_H_

@@ -1,0 +1,287 @@
+// Engine invariants on a random model: speculation never changes the output (greedy and seeded
+// sampling, any drafter, any tree), a batch equals its requests alone, cancel frees the KV
+// cache, and bad or missing drafts fail open.
+#include "verifier_service/engine.h"
+
+#include <memory>
+#include <random>
+
+#include "common/model/causal_lm.h"
+#include "drafter_service/draft_model_drafter.h"
+#include "drafter_service/ngram_drafter.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "verifier_service/engine_test_util.h"
+
+namespace treespec {
+namespace {
+
+using ::testing::ElementsAreArray;
+using testing::LocalDraftSource;
+using testing::RecordingSink;
+using testing::RunToEnd;
+using testing::ScriptedDraftSource;
+
+class EngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    target_dir_ = new std::string(testing::WriteTempModel(testing::SmallConfig(), 7));
+    ModelConfig draft_config = testing::SmallConfig();
+    draft_config.num_layers = 1;
+    draft_dir_ = new std::string(testing::WriteTempModel(draft_config, 8));
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*target_dir_);
+    std::filesystem::remove_all(*draft_dir_);
+  }
+
+  void SetUp() override {
+    ASSERT_FALSE(target_dir_->empty());
+    LmOptions lm;
+    lm.max_batch = 8;
+    auto model = LoadCpuCausalLm(*target_dir_, lm);
+    ASSERT_TRUE(model.ok()) << model.status();
+    target_ = *std::move(model);
+  }
+
+  // A prompt with repetition so the ngram drafter finds matches.
+  static std::vector<int32_t> Prompt(int seed, int len = 40) {
+    std::mt19937 rng(seed);
+    std::vector<int32_t> p;
+    for (int i = 0; i < len; ++i) p.push_back(3 + rng() % 40);
+    std::vector<int32_t> twice = p;
+    twice.insert(twice.end(), p.begin(), p.begin() + len / 2);
+    return twice;
+  }
+
+  static GenerationRequest Request(std::vector<int32_t> prompt, SpecMode mode, int max_new = 48) {
+    GenerationRequest r;
+    r.id = "test";
+    r.prompt = std::move(prompt);
+    r.max_new_tokens = max_new;
+    r.spec_mode = mode;
+    r.ignore_eos = true;
+    return r;
+  }
+
+  std::vector<int32_t> Plain(const GenerationRequest& request) {
+    Engine engine(target_.get(), nullptr, nullptr, EngineOptions());
+    GenerationRequest r = request;
+    r.spec_mode = SpecMode::kOff;
+    GenerationUpdate out = RunToEnd(engine, r);
+    EXPECT_TRUE(out.status.ok()) << out.status;
+    return out.token_ids;
+  }
+
+  static std::string* target_dir_;
+  static std::string* draft_dir_;
+  std::unique_ptr<CausalLm> target_;
+};
+
+std::string* EngineTest::target_dir_ = nullptr;
+std::string* EngineTest::draft_dir_ = nullptr;
+
+TEST_F(EngineTest, PlainDecodingIsDeterministicAndFullLength) {
+  GenerationRequest r = Request(Prompt(1), SpecMode::kOff);
+  const std::vector<int32_t> a = Plain(r);
+  const std::vector<int32_t> b = Plain(r);
+  EXPECT_EQ(a.size(), 48u);
+  EXPECT_EQ(a, b);
+}
+
+// Greedy and seeded sampling, with the ngram drafter at several budgets and depths.
+TEST_F(EngineTest, NgramSpeculationMatchesPlain) {
+  NgramDrafterFactory factory{NgramOptions()};
+  LocalDraftSource drafts(&factory);
+  for (float temperature : {0.0f, 0.8f}) {
+    for (int budget : {1, 4, 16}) {
+      for (int seed : {1, 2}) {
+        GenerationRequest r = Request(Prompt(seed), SpecMode::kNgram);
+        r.sampling.temperature = temperature;
+        r.sampling.seed = 1234 + seed;
+        r.top_p = 0.9f;
+        r.tree_budget = budget;
+        r.max_depth = 6;
+        const std::vector<int32_t> plain = Plain(r);
+        Engine engine(target_.get(), nullptr, &drafts, EngineOptions());
+        GenerationUpdate spec = RunToEnd(engine, r);
+        ASSERT_TRUE(spec.status.ok()) << spec.status;
+        EXPECT_THAT(spec.token_ids, ElementsAreArray(plain))
+            << "temperature " << temperature << " budget " << budget << " seed " << seed;
+        EXPECT_GT(spec.stats.steps, 0);
+      }
+    }
+  }
+}
+
+// The draft model equal to the target accepts (nearly) everything: deep paths get committed.
+TEST_F(EngineTest, DraftModelSpeculationMatchesPlainChainAndTree) {
+  for (const std::string* dir : {target_dir_, draft_dir_}) {
+    for (bool tree : {false, true}) {
+      LmOptions lm;
+      lm.max_batch = 4;
+      auto draft = LoadCpuCausalLm(*dir, lm);
+      ASSERT_TRUE(draft.ok()) << draft.status();
+      DraftModelOptions options;
+      options.shape = tree ? DraftShape::kTree : DraftShape::kChain;
+      DraftModelDrafterFactory factory(*std::move(draft), options);
+      LocalDraftSource drafts(&factory);
+      for (float temperature : {0.0f, 0.7f}) {
+        GenerationRequest r = Request(Prompt(3), SpecMode::kDraftModel);
+        r.sampling.temperature = temperature;
+        r.sampling.seed = 99;
+        r.tree_budget = tree ? 12 : 6;
+        r.max_depth = 6;
+        const std::vector<int32_t> plain = Plain(r);
+        Engine engine(target_.get(), nullptr, &drafts, EngineOptions());
+        GenerationUpdate spec = RunToEnd(engine, r);
+        ASSERT_TRUE(spec.status.ok()) << spec.status;
+        EXPECT_THAT(spec.token_ids, ElementsAreArray(plain))
+            << "tree " << tree << " temperature " << temperature;
+        if (dir == target_dir_ && temperature == 0.0f) {
+          // Self-drafting: the greedy chain is always the target's own choice. A tree spends
+          // its budget on the likeliest prefixes, which on this flat random model are mostly
+          // shallow siblings, but its greedy path is still accepted whole.
+          EXPECT_GT(spec.stats.MeanAcceptanceLength(), tree ? 1.5 : 4.0) << "tree " << tree;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(EngineTest, BatchEqualsRequestsAlone) {
+  NgramDrafterFactory factory{NgramOptions()};
+  LocalDraftSource drafts(&factory);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 5; ++i) {
+    GenerationRequest r = Request(Prompt(10 + i, 20 + 7 * i), i % 2 ? SpecMode::kNgram
+                                                                      : SpecMode::kOff,
+                                  30 + 5 * i);
+    r.sampling.temperature = i == 4 ? 0.9f : 0.0f;
+    r.sampling.seed = i;
+    requests.push_back(r);
+  }
+  std::vector<std::vector<int32_t>> alone;
+  for (const auto& r : requests) alone.push_back(Plain(r));
+
+  Engine engine(target_.get(), nullptr, &drafts, EngineOptions());
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (auto r : requests) {
+    ASSERT_TRUE(engine.Validate(r).ok());
+    auto sink = std::make_shared<RecordingSink>();
+    ASSERT_TRUE(engine.Submit(r, sink).ok());
+    sinks.push_back(sink);
+  }
+  for (size_t i = 0; i < sinks.size(); ++i) {
+    ASSERT_TRUE(sinks[i]->Wait());
+    EXPECT_THAT(sinks[i]->ids(), ElementsAreArray(alone[i])) << "request " << i;
+  }
+}
+
+TEST_F(EngineTest, CancelFreesKvPages) {
+  const int total = target_->kv_cache().num_pages();
+  Engine engine(target_.get(), nullptr, nullptr, EngineOptions());
+  GenerationRequest r = Request(Prompt(5, 100), SpecMode::kOff, 300);
+  ASSERT_TRUE(engine.Validate(r).ok());
+  auto sink = std::make_shared<RecordingSink>();
+  absl::StatusOr<uint64_t> handle = engine.Submit(r, sink);
+  ASSERT_TRUE(handle.ok());
+  while (sink->updates() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_LT(target_->kv_cache().free_pages(), total);
+  engine.Cancel(*handle);
+  for (int i = 0; i < 2000 && engine.Snapshot().running > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(engine.Snapshot().running, 0);
+  EXPECT_EQ(target_->kv_cache().free_pages(), total);
+  EXPECT_LT(sink->ids().size(), 300u);
+  EXPECT_FALSE(sink->final_update().finished);  // a cancelled request gets no more updates
+  // The engine keeps serving.
+  GenerationUpdate next = RunToEnd(engine, Request(Prompt(6), SpecMode::kOff, 8));
+  EXPECT_TRUE(next.status.ok());
+  EXPECT_EQ(next.token_ids.size(), 8u);
+}
+
+// Garbage trees (bad parents, ids out of range, too many nodes, too deep) are dropped and the
+// step runs without a draft; output unchanged.
+TEST_F(EngineTest, GarbageDraftsFailOpen) {
+  ScriptedDraftSource drafts([](int64_t step) -> std::optional<DraftedTree> {
+    DraftedTree t;
+    switch (step % 4) {
+      case 0: t.tokens = {5, 6}; t.parents = {1, -1}; break;       // parent after child
+      case 1: t.tokens = {100000}; t.parents = {-1}; break;        // id out of range
+      case 2: t.tokens.assign(500, 7); t.parents.assign(500, -1); break;  // over budget
+      case 3: t.tokens = {4, 4, 4, 4, 4, 4, 4, 4, 4, 4};           // deeper than max_depth
+              t.parents = {-1, 0, 1, 2, 3, 4, 5, 6, 7, 8}; break;
+    }
+    return t;
+  });
+  GenerationRequest r = Request(Prompt(4), SpecMode::kNgram);
+  r.max_depth = 8;
+  const std::vector<int32_t> plain = Plain(r);
+  Engine engine(target_.get(), nullptr, &drafts, EngineOptions());
+  GenerationUpdate spec = RunToEnd(engine, r);
+  ASSERT_TRUE(spec.status.ok());
+  EXPECT_THAT(spec.token_ids, ElementsAreArray(plain));
+  EXPECT_EQ(spec.stats.accepted_tokens, 0);
+  EXPECT_EQ(spec.stats.fallback_steps, spec.stats.steps);
+}
+
+// A drafter that never answers costs at most the deadline per step, then is not waited for.
+TEST_F(EngineTest, SilentDrafterTimesOut) {
+  ScriptedDraftSource drafts([](int64_t) { return std::nullopt; });
+  EngineOptions options;
+  options.draft_timeout = absl::Milliseconds(20);
+  options.max_consecutive_timeouts = 2;
+  GenerationRequest r = Request(Prompt(8), SpecMode::kNgram, 40);
+  const std::vector<int32_t> plain = Plain(r);
+  Engine engine(target_.get(), nullptr, &drafts, options);
+  const absl::Time start = absl::Now();
+  GenerationUpdate spec = RunToEnd(engine, r);
+  ASSERT_TRUE(spec.status.ok());
+  EXPECT_THAT(spec.token_ids, ElementsAreArray(plain));
+  // Two waits of 20 ms, then none: far below 40 steps x 20 ms.
+  EXPECT_LT(absl::ToDoubleMilliseconds(absl::Now() - start), 400.0);
+}
+
+TEST_F(EngineTest, ValidationNamesTheField) {
+  Engine engine(target_.get(), nullptr, nullptr, EngineOptions());
+  auto check = [&](GenerationRequest r, absl::StatusCode code, const std::string& needle) {
+    absl::Status s = engine.Validate(r);
+    EXPECT_EQ(s.code(), code) << s;
+    EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr(needle));
+  };
+  GenerationRequest ok = Request({5, 6, 7}, SpecMode::kOff, 10);
+  check(Request({}, SpecMode::kOff), absl::StatusCode::kInvalidArgument, "prompt is empty");
+  check(Request({5, 512}, SpecMode::kOff), absl::StatusCode::kInvalidArgument,
+        "512 at index 1 is out of range [0, 512)");
+  check(Request(std::vector<int32_t>(512, 5), SpecMode::kOff),
+        absl::StatusCode::kInvalidArgument, "context length is 512");
+  GenerationRequest r = ok;
+  r.max_new_tokens = 0;
+  check(r, absl::StatusCode::kInvalidArgument, "max_new_tokens must be > 0");
+  r.max_new_tokens = 600;
+  check(r, absl::StatusCode::kInvalidArgument, "set max_new_tokens <= 509");
+  r = ok;
+  r.sampling.temperature = -1;
+  check(r, absl::StatusCode::kInvalidArgument, "temperature");
+  r = ok;
+  r.top_p = 0.0f;
+  check(r, absl::StatusCode::kInvalidArgument, "top_p must be in (0, 1]");
+  r.top_p = 1.5f;
+  check(r, absl::StatusCode::kInvalidArgument, "top_p must be in (0, 1]");
+  r = ok;
+  r.tree_budget = 0;
+  check(r, absl::StatusCode::kInvalidArgument, "tree_budget must be in [1, 256]");
+  r.tree_budget = 100000;
+  check(r, absl::StatusCode::kInvalidArgument, "tree_budget must be in [1, 256]");
+  r = ok;
+  r.spec_mode = SpecMode::kNgram;
+  check(r, absl::StatusCode::kFailedPrecondition, "--drafter");
+  r.spec_mode = SpecMode::kAuto;
+  EXPECT_TRUE(engine.Validate(r).ok());
+  EXPECT_EQ(r.spec_mode, SpecMode::kOff);
+}
+
+}  // namespace
+}  // namespace treespec

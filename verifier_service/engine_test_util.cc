@@ -1,0 +1,170 @@
+#include "verifier_service/engine_test_util.h"
+
+#include <chrono>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "common/model/random_model.h"
+
+namespace treespec::testing {
+
+ModelConfig SmallConfig() {
+  ModelConfig c;
+  c.architecture = "LlamaForCausalLM";
+  c.vocab_size = 512;
+  c.hidden_size = 64;
+  c.intermediate_size = 128;
+  c.num_layers = 2;
+  c.num_q_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 16;
+  c.max_position_embeddings = 512;
+  c.rms_norm_eps = 1e-5f;
+  c.rope_theta = 10000.0f;
+  c.tie_word_embeddings = false;
+  c.bos_token_id = 1;
+  c.eos_token_ids = {2};
+  return c;
+}
+
+std::string WriteTempModel(const ModelConfig& config, uint64_t seed) {
+  char pattern[] = "/tmp/treespec-model-XXXXXX";
+  const char* dir = mkdtemp(pattern);
+  if (dir == nullptr) return "";
+  RandomModelOptions options;
+  options.seed = seed;
+  options.init_std = 0.1f;  // large enough that logits are far from uniform
+  absl::Status status = WriteRandomModel(config, options, dir);
+  return status.ok() ? std::string(dir) : "";
+}
+
+void RecordingSink::OnUpdate(GenerationUpdate update) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ids_.insert(ids_.end(), update.token_ids.begin(), update.token_ids.end());
+  done_ = done_ || update.finished;
+  updates_.push_back(std::move(update));
+  cv_.notify_all();
+}
+
+bool RecordingSink::Wait(double timeout_s) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return done_; });
+}
+
+std::vector<int32_t> RecordingSink::ids() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ids_;
+}
+
+GenerationUpdate RecordingSink::final_update() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return updates_.empty() ? GenerationUpdate() : updates_.back();
+}
+
+int RecordingSink::updates() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(updates_.size());
+}
+
+namespace {
+
+class LocalDraftStream final : public DraftStream {
+ public:
+  LocalDraftStream(std::unique_ptr<DraftSession> session, DraftLimits limits)
+      : session_(std::move(session)), limits_(limits) {}
+  void Commit(int64_t step, std::vector<int32_t> tokens) override {
+    if (!session_->Append(tokens).ok()) {
+      broken_ = true;
+      return;
+    }
+    absl::StatusOr<DraftedTree> tree = session_->Draft(limits_);
+    if (!tree.ok()) {
+      broken_ = true;
+      return;
+    }
+    tree_ = *std::move(tree);
+    step_ = step;
+  }
+  std::optional<DraftedTree> TakeTree(int64_t step) override {
+    if (!tree_.has_value() || step_ != step) return std::nullopt;
+    std::optional<DraftedTree> out = std::move(tree_);
+    tree_.reset();
+    return out;
+  }
+  bool broken() const override { return broken_; }
+
+ private:
+  std::unique_ptr<DraftSession> session_;
+  DraftLimits limits_;
+  std::optional<DraftedTree> tree_;
+  int64_t step_ = -1;
+  bool broken_ = false;
+};
+
+class ScriptedDraftStream final : public DraftStream {
+ public:
+  explicit ScriptedDraftStream(ScriptedDraftSource::TreeFn fn) : fn_(std::move(fn)) {}
+  void Commit(int64_t step, std::vector<int32_t>) override {
+    tree_ = fn_(step);
+    step_ = step;
+  }
+  std::optional<DraftedTree> TakeTree(int64_t step) override {
+    if (!tree_.has_value() || step_ != step) return std::nullopt;
+    std::optional<DraftedTree> out = std::move(tree_);
+    tree_.reset();
+    return out;
+  }
+  bool broken() const override { return false; }
+
+ private:
+  ScriptedDraftSource::TreeFn fn_;
+  std::optional<DraftedTree> tree_;
+  int64_t step_ = -1;
+};
+
+}  // namespace
+
+std::unique_ptr<DraftStream> LocalDraftSource::Open(const DraftOpenParams& params,
+                                                    std::function<void()>) {
+  absl::StatusOr<std::unique_ptr<DraftSession>> session = factory_->NewSession();
+  if (!session.ok()) return nullptr;
+  if (!(*session)->Append(params.prompt).ok()) return nullptr;
+  DraftLimits limits;
+  limits.tree_budget = params.tree_budget;
+  limits.max_depth = params.max_depth;
+  return std::make_unique<LocalDraftStream>(*std::move(session), limits);
+}
+
+std::unique_ptr<DraftStream> ScriptedDraftSource::Open(const DraftOpenParams&,
+                                                       std::function<void()>) {
+  return std::make_unique<ScriptedDraftStream>(fn_);
+}
+
+GenerationUpdate RunToEnd(Engine& engine, GenerationRequest request) {
+  auto sink = std::make_shared<RecordingSink>();
+  absl::Status status = engine.Validate(request);
+  if (!status.ok()) {
+    GenerationUpdate failed;
+    failed.finished = true;
+    failed.status = status;
+    return failed;
+  }
+  absl::StatusOr<uint64_t> handle = engine.Submit(std::move(request), sink);
+  if (!handle.ok()) {
+    GenerationUpdate failed;
+    failed.finished = true;
+    failed.status = handle.status();
+    return failed;
+  }
+  if (!sink->Wait()) {
+    GenerationUpdate failed;
+    failed.finished = true;
+    failed.status = absl::DeadlineExceededError("request did not finish in time");
+    return failed;
+  }
+  GenerationUpdate last = sink->final_update();
+  last.token_ids = sink->ids();
+  return last;
+}
+
+}  // namespace treespec::testing

@@ -1,0 +1,76 @@
+// Test helpers for the engine: random models on disk, a sink that records updates, and
+// in-process draft sources (a real drafter session, and fault injectors).
+#ifndef TREESPEC_VERIFIER_SERVICE_ENGINE_TEST_UTIL_H_
+#define TREESPEC_VERIFIER_SERVICE_ENGINE_TEST_UTIL_H_
+
+#include <condition_variable>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/model/config.h"
+#include "drafter_service/drafter.h"
+#include "verifier_service/draft_source.h"
+#include "verifier_service/engine.h"
+
+namespace treespec::testing {
+
+// A small Llama-style config: vocab 512, hidden 64, 2 layers, 4 q / 2 kv heads, context 512.
+ModelConfig SmallConfig();
+
+// Writes a random model for `config` into a fresh temp directory and returns its path.
+std::string WriteTempModel(const ModelConfig& config, uint64_t seed);
+
+// Collects a request's updates; Wait() blocks until the final one.
+class RecordingSink final : public RequestSink {
+ public:
+  void OnUpdate(GenerationUpdate update) override;
+  // Waits for the final update (or `timeout_s`); returns false on timeout.
+  bool Wait(double timeout_s = 120);
+  std::vector<int32_t> ids() const;
+  GenerationUpdate final_update() const;
+  int updates() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<int32_t> ids_;
+  std::vector<GenerationUpdate> updates_;
+  bool done_ = false;
+};
+
+// Runs drafter sessions in the caller's thread (the engine's): each Commit drafts at once.
+class LocalDraftSource final : public DraftSource {
+ public:
+  explicit LocalDraftSource(DrafterFactory* factory) : factory_(factory) {}
+  std::unique_ptr<DraftStream> Open(const DraftOpenParams& params,
+                                    std::function<void()> on_arrival) override;
+  std::string target() const override { return "local"; }
+
+ private:
+  DrafterFactory* factory_;
+};
+
+// Fault injection: every tree is produced by `make_tree(step, tokens)`; returning nullopt means
+// the drafter stays silent for that step.
+class ScriptedDraftSource final : public DraftSource {
+ public:
+  using TreeFn = std::function<std::optional<DraftedTree>(int64_t step)>;
+  explicit ScriptedDraftSource(TreeFn fn) : fn_(std::move(fn)) {}
+  std::unique_ptr<DraftStream> Open(const DraftOpenParams& params,
+                                    std::function<void()> on_arrival) override;
+  std::string target() const override { return "scripted"; }
+
+ private:
+  TreeFn fn_;
+};
+
+// Runs one request through `engine` and returns the final update (ids in token_ids).
+GenerationUpdate RunToEnd(Engine& engine, GenerationRequest request);
+
+}  // namespace treespec::testing
+
+#endif  // TREESPEC_VERIFIER_SERVICE_ENGINE_TEST_UTIL_H_

@@ -1,0 +1,43 @@
+// The public Generation gRPC service (callback API): converts protos, validates, hands the
+// request to the engine and streams its updates back.
+#ifndef TREESPEC_VERIFIER_SERVICE_GENERATION_SERVICE_H_
+#define TREESPEC_VERIFIER_SERVICE_GENERATION_SERVICE_H_
+
+#include <atomic>
+#include <string>
+
+#include "common/tokenizer/tokenizer.h"
+#include "treespec/v1/generation.grpc.pb.h"
+#include "verifier_service/engine.h"
+
+namespace treespec {
+
+struct ServiceInfo {
+  std::string model_name;
+  std::string device;
+  int tensor_parallel = 1;
+  std::string drafter_target;
+};
+
+class GenerationService final : public v1::Generation::CallbackService {
+ public:
+  GenerationService(Engine* engine, const CausalLm* model, const Tokenizer* tokenizer,
+                    ServiceInfo info);
+
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
+      grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
+                                         const v1::GetModelInfoRequest* request,
+                                         v1::ModelInfo* response) override;
+
+ private:
+  Engine* engine_;
+  const CausalLm* model_;
+  const Tokenizer* tokenizer_;
+  ServiceInfo info_;
+  std::atomic<uint64_t> next_id_{1};
+};
+
+}  // namespace treespec
+
+#endif  // TREESPEC_VERIFIER_SERVICE_GENERATION_SERVICE_H_

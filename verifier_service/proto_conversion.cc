@@ -1,0 +1,108 @@
+#include "verifier_service/proto_conversion.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace treespec {
+
+absl::StatusOr<GenerationRequest> FromProto(const v1::GenerateRequest& proto,
+                                            const Tokenizer* tokenizer, int32_t bos_token_id,
+                                            std::string request_id) {
+  GenerationRequest r;
+  r.id = std::move(request_id);
+  switch (proto.prompt_case()) {
+    case v1::GenerateRequest::kText: {
+      if (tokenizer == nullptr) {
+        return absl::FailedPreconditionError(
+            "this server has no tokenizer (no tokenizer.json in the model directory); send "
+            "token_ids instead of text");
+      }
+      absl::StatusOr<std::vector<int32_t>> ids = tokenizer->Encode(proto.text());
+      if (!ids.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("text: ", ids.status().message()));
+      }
+      if (proto.add_bos() && bos_token_id >= 0) r.prompt.push_back(bos_token_id);
+      r.prompt.insert(r.prompt.end(), ids->begin(), ids->end());
+      break;
+    }
+    case v1::GenerateRequest::kTokenIds:
+      r.prompt.assign(proto.token_ids().ids().begin(), proto.token_ids().ids().end());
+      break;
+    case v1::GenerateRequest::PROMPT_NOT_SET:
+      break;  // empty prompt: Engine::Validate says so
+  }
+  const v1::SamplingParams& s = proto.sampling();
+  if (s.has_max_new_tokens()) r.max_new_tokens = s.max_new_tokens();
+  if (s.has_top_p()) r.top_p = s.top_p();
+  r.sampling.temperature = s.temperature();
+  r.sampling.top_k = s.top_k();
+  r.sampling.seed = s.seed();
+  r.stop_token_ids.assign(s.stop_token_ids().begin(), s.stop_token_ids().end());
+  r.stop_strings.assign(s.stop_strings().begin(), s.stop_strings().end());
+  r.ignore_eos = s.ignore_eos();
+  r.return_text = proto.return_text();
+
+  const v1::SpeculationParams& spec = proto.speculation();
+  switch (static_cast<int>(spec.mode())) {
+    case v1::SPECULATION_MODE_AUTO:
+      r.spec_mode = SpecMode::kAuto;
+      break;
+    case v1::SPECULATION_MODE_OFF:
+      r.spec_mode = SpecMode::kOff;
+      break;
+    case v1::SPECULATION_MODE_NGRAM:
+      r.spec_mode = SpecMode::kNgram;
+      break;
+    case v1::SPECULATION_MODE_DRAFT_MODEL:
+      r.spec_mode = SpecMode::kDraftModel;
+      break;
+    case v1::SPECULATION_MODE_DFLASH:
+      return absl::UnimplementedError(
+          "speculation.mode DFLASH is not served yet; use AUTO, OFF, NGRAM or DRAFT_MODEL");
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "speculation.mode ", static_cast<int>(spec.mode()),
+          " is not a known mode; use AUTO (0), OFF (1), NGRAM (2) or DRAFT_MODEL (3)"));
+  }
+  if (spec.has_tree_budget()) r.tree_budget = spec.tree_budget();
+  if (spec.has_max_depth()) r.max_depth = spec.max_depth();
+  return r;
+}
+
+namespace {
+v1::FinishReason ToProtoReason(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kNone: return v1::FINISH_REASON_UNSPECIFIED;
+    case FinishReason::kLength: return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kEos: return v1::FINISH_REASON_EOS;
+    case FinishReason::kStopToken: return v1::FINISH_REASON_STOP_TOKEN;
+    case FinishReason::kStopString: return v1::FINISH_REASON_STOP_STRING;
+    case FinishReason::kContext: return v1::FINISH_REASON_CONTEXT;
+    case FinishReason::kCancelled: return v1::FINISH_REASON_UNSPECIFIED;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+}  // namespace
+
+v1::GenerateResponse ToProto(const GenerationUpdate& update, const std::string& request_id) {
+  v1::GenerateResponse out;
+  out.set_request_id(request_id);
+  out.mutable_token_ids()->Add(update.token_ids.begin(), update.token_ids.end());
+  out.set_text(update.text);
+  if (!update.finished) return out;
+  out.set_finish_reason(ToProtoReason(update.finish_reason));
+  out.mutable_usage()->set_prompt_tokens(update.prompt_tokens);
+  out.mutable_usage()->set_completion_tokens(update.completion_tokens);
+  out.set_elapsed_ms(update.elapsed_ms);
+  const SpecStats& s = update.stats;
+  v1::SpeculationStats* p = out.mutable_speculation();
+  p->set_steps(s.steps);
+  p->set_drafted_tokens(s.drafted_tokens);
+  p->set_accepted_tokens(s.accepted_tokens);
+  p->set_fallback_steps(s.fallback_steps);
+  p->mutable_accepted_per_depth()->Add(s.accepted_per_depth.begin(), s.accepted_per_depth.end());
+  p->mutable_drafted_per_depth()->Add(s.drafted_per_depth.begin(), s.drafted_per_depth.end());
+  p->set_mean_acceptance_length(s.MeanAcceptanceLength());
+  return out;
+}
+
+}  // namespace treespec

@@ -1,0 +1,24 @@
+// The one place where Generation API protos become engine types and back.
+#ifndef TREESPEC_VERIFIER_SERVICE_PROTO_CONVERSION_H_
+#define TREESPEC_VERIFIER_SERVICE_PROTO_CONVERSION_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/tokenizer/tokenizer.h"
+#include "treespec/v1/generation.pb.h"
+#include "verifier_service/request.h"
+
+namespace treespec {
+
+// Reads the request (tokenizing text with `tokenizer`, which may be null for ids-only servers).
+// Field-level checks that need the model happen in Engine::Validate.
+absl::StatusOr<GenerationRequest> FromProto(const v1::GenerateRequest& proto,
+                                            const Tokenizer* tokenizer, int32_t bos_token_id,
+                                            std::string request_id);
+
+v1::GenerateResponse ToProto(const GenerationUpdate& update, const std::string& request_id);
+
+}  // namespace treespec
+
+#endif  // TREESPEC_VERIFIER_SERVICE_PROTO_CONVERSION_H_

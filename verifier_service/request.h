@@ -1,0 +1,66 @@
+// Domain types of one generation request (no proto types past the service layer).
+#ifndef TREESPEC_VERIFIER_SERVICE_REQUEST_H_
+#define TREESPEC_VERIFIER_SERVICE_REQUEST_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+#include "common/model/sampling.h"
+
+namespace treespec {
+
+// kAuto: the drafter's default (draft model when it has one, else ngram).
+enum class SpecMode { kOff, kAuto, kNgram, kDraftModel };
+
+enum class FinishReason { kNone, kLength, kEos, kStopToken, kStopString, kContext, kCancelled };
+
+// Optional fields are what the client set; Engine::Validate fills the defaults, so after it
+// every optional has a value.
+struct GenerationRequest {
+  std::string id;
+  std::vector<int32_t> prompt;        // [prompt_len] token ids
+  std::optional<int> max_new_tokens;  // > 0, prompt + max_new_tokens <= context
+  std::optional<float> top_p;         // (0, 1]; copied into sampling.top_p by Validate
+  SamplingConfig sampling;            // temperature, top_k, seed as sent
+  std::vector<int32_t> stop_token_ids;
+  std::vector<std::string> stop_strings;
+  bool ignore_eos = false;
+  bool return_text = false;
+  SpecMode spec_mode = SpecMode::kOff;
+  std::optional<int> tree_budget;     // drafted nodes per step (bonus excluded)
+  std::optional<int> max_depth;
+};
+
+struct SpecStats {
+  int64_t steps = 0;                  // verify steps after prefill
+  int64_t drafted_tokens = 0;
+  int64_t accepted_tokens = 0;
+  int64_t fallback_steps = 0;         // steps with no usable draft
+  int64_t bad_trees = 0;              // drafts dropped because they failed validation
+  std::vector<int64_t> accepted_per_depth;  // [d]: steps accepting a token at depth d+1
+  std::vector<int64_t> drafted_per_depth;   // [d]: steps whose tree reached depth d+1
+  double MeanAcceptanceLength() const {
+    return steps == 0 ? 0.0 : 1.0 + static_cast<double>(accepted_tokens) / steps;
+  }
+};
+
+// What the engine streams back for a request. The last update has `finished` set.
+struct GenerationUpdate {
+  std::vector<int32_t> token_ids;     // newly emitted tokens
+  std::string text;                   // their text (complete UTF-8 characters only)
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  absl::Status status;                // not OK: the request failed (finished is set too)
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  SpecStats stats;
+  double elapsed_ms = 0;
+};
+
+}  // namespace treespec
+
+#endif  // TREESPEC_VERIFIER_SERVICE_REQUEST_H_

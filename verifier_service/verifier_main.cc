@@ -1,0 +1,119 @@
+// treespec-verifier: loads the target model, connects to the drafter pool, serves Generation.
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/server_builder.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "common/model/causal_lm.h"
+#include "common/tokenizer/tokenizer.h"
+#include "common/util/log.h"
+#include "verifier_service/drafter_client.h"
+#include "verifier_service/engine.h"
+#include "verifier_service/generation_service.h"
+#include "common/util/shutdown_signal.h"
+
+ABSL_FLAG(std::string, model, "models/tiny-target", "target model directory (HF format)");
+ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on");
+ABSL_FLAG(int, port, 50051, "port to listen on; 0 picks a free one (printed at start)");
+ABSL_FLAG(std::string, drafter, "", "gRPC target of the drafter pool; empty = no speculation");
+ABSL_FLAG(std::string, device, "cpu", "cpu (the CUDA backend arrives with issue 3)");
+ABSL_FLAG(int, tp, 1, "tensor-parallel ranks (threads on CPU)");
+ABSL_FLAG(int, max_batch, 16, "requests verified together per step");
+ABSL_FLAG(int, max_queue, 1024, "waiting requests beyond this get RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, kv_pages, 0, "KV-cache pages; 0 = max_batch full contexts");
+ABSL_FLAG(int, kv_page_size, 16, "tokens per KV-cache page");
+ABSL_FLAG(int, context_length, 0, "served context; 0 = the model's max_position_embeddings");
+ABSL_FLAG(int, tree_budget, 16, "default drafted nodes per step");
+ABSL_FLAG(int, max_depth, 8, "default deepest drafted node");
+ABSL_FLAG(int, max_tree_budget, 256, "largest tree_budget a request may ask for");
+ABSL_FLAG(int, max_new_tokens, 256, "default max_new_tokens");
+ABSL_FLAG(int, draft_timeout_ms, 50, "per-step wait for a draft before verifying without one");
+
+int main(int argc, char** argv) {
+  treespec::BlockShutdownSignals();
+  absl::ParseCommandLine(argc, argv);
+  using treespec::LogLevel;
+  if (absl::GetFlag(FLAGS_device) != "cpu") {
+    TS_LOG(kError, "--device=%s: only cpu is available in this build",
+           absl::GetFlag(FLAGS_device));
+    return 2;
+  }
+  const std::string model_dir = absl::GetFlag(FLAGS_model);
+  treespec::LmOptions lm;
+  lm.tensor_parallel = absl::GetFlag(FLAGS_tp);
+  lm.kv_pages = absl::GetFlag(FLAGS_kv_pages);
+  lm.kv_page_size = absl::GetFlag(FLAGS_kv_page_size);
+  lm.max_batch = absl::GetFlag(FLAGS_max_batch);
+  auto model = treespec::LoadCpuCausalLm(model_dir, lm);
+  if (!model.ok()) {
+    TS_LOG(kError, "cannot load model: %s", model.status().ToString());
+    return 1;
+  }
+  std::unique_ptr<treespec::Tokenizer> tokenizer;
+  const std::string tok_path = model_dir + "/tokenizer.json";
+  if (std::filesystem::exists(tok_path)) {
+    auto loaded = treespec::LoadTokenizer(tok_path);
+    if (!loaded.ok()) {
+      TS_LOG(kError, "cannot load tokenizer: %s", loaded.status().ToString());
+      return 1;
+    }
+    tokenizer = *std::move(loaded);
+  } else {
+    TS_LOG(kWarning, "%s not found: serving token ids only", tok_path);
+  }
+  std::unique_ptr<treespec::GrpcDraftSource> drafts;
+  if (!absl::GetFlag(FLAGS_drafter).empty()) {
+    drafts = std::make_unique<treespec::GrpcDraftSource>(absl::GetFlag(FLAGS_drafter));
+  }
+  treespec::EngineOptions opts;
+  opts.max_batch = absl::GetFlag(FLAGS_max_batch);
+  opts.max_queue = absl::GetFlag(FLAGS_max_queue);
+  opts.context_length = absl::GetFlag(FLAGS_context_length);
+  opts.default_tree_budget = absl::GetFlag(FLAGS_tree_budget);
+  opts.default_max_depth = absl::GetFlag(FLAGS_max_depth);
+  opts.max_tree_budget = absl::GetFlag(FLAGS_max_tree_budget);
+  opts.default_max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
+  opts.draft_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_draft_timeout_ms));
+  treespec::Engine engine(model->get(), tokenizer.get(), drafts.get(), opts);
+
+  treespec::ServiceInfo info;
+  info.model_name = std::filesystem::path(model_dir).filename().string();
+  info.device = (*model)->device();
+  info.tensor_parallel = (*model)->tensor_parallel();
+  info.drafter_target = absl::GetFlag(FLAGS_drafter);
+  treespec::GenerationService service(&engine, model->get(), tokenizer.get(), info);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(absl::GetFlag(FLAGS_host) + ":" +
+                               std::to_string(absl::GetFlag(FLAGS_port)),
+                           grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    TS_LOG(kError, "cannot listen on %s:%d", absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_port));
+    return 1;
+  }
+  server->GetHealthCheckService()->SetServingStatus(true);
+  std::printf("treespec-verifier listening on %s:%d\n", absl::GetFlag(FLAGS_host).c_str(), port);
+  std::fflush(stdout);
+  TS_LOG(kInfo, "model %s: %d layers, vocab %d, context %d, tp %d, drafter '%s'", model_dir,
+         (*model)->config().num_layers, (*model)->config().vocab_size, engine.context_length(),
+         (*model)->tensor_parallel(), absl::GetFlag(FLAGS_drafter));
+
+  treespec::WaitForShutdownSignal();
+  TS_LOG(kInfo, "shutting down");
+  server->GetHealthCheckService()->SetServingStatus(false);
+  engine.Shutdown();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  return 0;
+}
