@@ -76,8 +76,8 @@ std::vector<Candidate> PerDepthCandidates::TopK(absl::Span<const float> logprobs
   return top;
 }
 
-DraftedTree BuildDdTree(const CandidateSource& source, int32_t root_key,
-                        const DraftLimits& limits, std::vector<int32_t>* keys) {
+DraftedTree BuildDdTree(const CandidateSource& source, int32_t root_key, const DraftLimits& limits,
+                        std::vector<int32_t>* keys) {
   DraftedTree tree;
   if (keys != nullptr) keys->clear();
   const int budget = limits.tree_budget;
@@ -113,8 +113,8 @@ DraftedTree BuildDdTree(const CandidateSource& source, int32_t root_key,
 
     const size_t next_rank = static_cast<size_t>(e.rank) + 1;
     if (next_rank < siblings.size() && Draftable(siblings[next_rank].logprob)) {
-      push({e.parent_score + siblings[next_rank].logprob, e.parent_score, e.depth,
-            e.parent_out, e.parent_key, e.rank + 1});
+      push({e.parent_score + siblings[next_rank].logprob, e.parent_score, e.depth, e.parent_out,
+            e.parent_key, e.rank + 1});
     }
     if (e.depth < limits.max_depth) {
       absl::Span<const Candidate> children = source.Children(c.key);

@@ -68,7 +68,8 @@ TEST(TopKTest, MatchesSort) {
   EXPECT_EQ(PerDepthCandidates::TopK(lp, 1000).size(), 99u);
   EXPECT_THAT(PerDepthCandidates::TopK(lp, 0), IsEmpty());
   // Ties: lower token id first.
-  std::vector<Candidate> tied = PerDepthCandidates::TopK(std::vector<float>{-1, -0.5f, -1, -0.5f}, 3);
+  std::vector<Candidate> tied =
+      PerDepthCandidates::TopK(std::vector<float>{-1, -0.5f, -1, -0.5f}, 3);
   EXPECT_EQ(tied[0].token, 1);
   EXPECT_EQ(tied[1].token, 3);
   EXPECT_EQ(tied[2].token, 0);
@@ -103,7 +104,8 @@ TEST(BuildDdTreeTest, PerDepthEqualsBruteForceTopB) {
       all.insert(all.end(), next.begin(), next.end());
       level = std::move(next);
     }
-    std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::sort(all.begin(), all.end(),
+              [](const auto& a, const auto& b) { return a.first > b.first; });
 
     for (int budget : {1, 2, 3, 5, 8, 16, 40, 1000}) {
       DraftedTree tree = BuildDdTree(source, 0, DraftLimits{budget, depth});
@@ -137,7 +139,8 @@ TEST(BuildDdTreeTest, PerDepthEqualsBruteForceTopB) {
 TEST(BuildDdTreeTest, BudgetAndDepthLimits) {
   std::mt19937 rng(5);
   std::vector<std::vector<Candidate>> ranked;
-  for (int d = 0; d < 10; ++d) ranked.push_back(PerDepthCandidates::TopK(RandomLogprobs(rng, 6), 6));
+  for (int d = 0; d < 10; ++d)
+    ranked.push_back(PerDepthCandidates::TopK(RandomLogprobs(rng, 6), 6));
   PerDepthCandidates source(ranked);
 
   EXPECT_THAT(BuildDdTree(source, 0, DraftLimits{0, 8}).tokens, IsEmpty());

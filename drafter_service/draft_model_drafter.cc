@@ -31,7 +31,10 @@ class ExpandedTree final : public CandidateSource {
     int32_t forward;  // index in the SeqTree once forwarded, else -1
   };
 
-  ExpandedTree() { nodes_.push_back(Node{-1, 0, -1, -1}); children_.emplace_back(); }
+  ExpandedTree() {
+    nodes_.push_back(Node{-1, 0, -1, -1});
+    children_.emplace_back();
+  }
 
   void SetChildren(int32_t node, std::vector<Candidate> ranked) {
     for (Candidate& c : ranked) {
@@ -98,7 +101,8 @@ absl::Status DraftModelSession::Append(absl::Span<const int32_t> tokens) {
   }
   if (out_of_window_ || tokens.empty()) return absl::OkStatus();
   if (committed_len_ + static_cast<int64_t>(tokens.size()) > context_window_) {
-    TS_LOG(kDebug, "draft context of %d tokens outgrows the draft model's window of %d: "
+    TS_LOG(kDebug,
+           "draft context of %d tokens outgrows the draft model's window of %d: "
            "no more drafts for this session",
            committed_len_ + static_cast<int>(tokens.size()), context_window_);
     out_of_window_ = true;

@@ -71,11 +71,11 @@ class DraftModelSession final : public DraftSession {
   const std::shared_ptr<SharedCausalLm> lm_;
   const DraftModelOptions options_;
   const int vocab_size_;
-  const int context_window_;     // the draft model's max positions
+  const int context_window_;  // the draft model's max positions
   SeqId seq_ = 0;
-  int committed_len_ = 0;        // tokens whose K/V are in the cache
-  bool out_of_window_ = false;   // the context outgrew the draft model: no more drafts
-  bool broken_ = false;          // an Append failed half-way: the cache no longer matches
+  int committed_len_ = 0;             // tokens whose K/V are in the cache
+  bool out_of_window_ = false;        // the context outgrew the draft model: no more drafts
+  bool broken_ = false;               // an Append failed half-way: the cache no longer matches
   std::vector<float> last_logprobs_;  // [vocab] log p(next | context); empty before any token
 };
 

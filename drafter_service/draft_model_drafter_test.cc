@@ -85,7 +85,8 @@ TEST_F(DraftModelDrafterTest, ChainIsGreedyDecoding) {
   ASSERT_EQ(tree.tokens.size(), 8u);
   for (int d = 0; d < 8; ++d) {
     std::vector<float> lp = CausalLogprobs(*reference_, context);
-    const int32_t greedy = static_cast<int32_t>(std::max_element(lp.begin(), lp.end()) - lp.begin());
+    const int32_t greedy =
+        static_cast<int32_t>(std::max_element(lp.begin(), lp.end()) - lp.begin());
     EXPECT_EQ(tree.tokens[d], greedy) << "depth " << d + 1;
     EXPECT_EQ(tree.parents[d], d - 1);
     EXPECT_NEAR(tree.logprobs[d], lp[greedy], 1e-5f);
@@ -99,8 +100,7 @@ TEST_F(DraftModelDrafterTest, ChainIsGreedyDecoding) {
 // draft model's top-K children, computed without any of the drafter's pruning.
 class LazyModelSource final : public CandidateSource {
  public:
-  LazyModelSource(CausalLm& lm, std::vector<int32_t> context, int k)
-      : lm_(lm), k_(k) {
+  LazyModelSource(CausalLm& lm, std::vector<int32_t> context, int k) : lm_(lm), k_(k) {
     paths_.push_back(std::move(context));
   }
   absl::Span<const Candidate> Children(int32_t key) const override {
@@ -133,8 +133,8 @@ TEST_F(DraftModelDrafterTest, TreeIsTheExactBestFirstTreeWithTrueLogprobs) {
     ASSERT_TRUE(session->Append(context).ok());
     for (DraftLimits limits : {DraftLimits{16, 8}, DraftLimits{10, 3}, DraftLimits{5, 1}}) {
       DraftedTree tree = *session->Draft(limits);
-      ASSERT_TRUE(ValidateDraftedTree(tree, config_.vocab_size, limits.tree_budget,
-                                      limits.max_depth).ok());
+      ASSERT_TRUE(
+          ValidateDraftedTree(tree, config_.vocab_size, limits.tree_budget, limits.max_depth).ok());
       if (top_k == 0) EXPECT_EQ(tree.tokens.size(), static_cast<size_t>(limits.tree_budget));
       // Each node's log-prob is the draft model's conditional given its whole path.
       std::vector<std::vector<int32_t>> paths = Paths(tree);
@@ -234,7 +234,8 @@ TEST_F(DraftModelDrafterTest, ContextWindowEndsDraftingGracefully) {
   DraftedTree tree = *session->Draft(DraftLimits{16, 8});
   EXPECT_TRUE(ValidateDraftedTree(tree, config_.vocab_size, 16, 4).ok());
   ASSERT_TRUE(session->Append(RandomTokens(3, config_.vocab_size, 6)).ok());  // exactly full
-  EXPECT_TRUE(ValidateDraftedTree(*session->Draft(DraftLimits{16, 8}), config_.vocab_size, 16, 1).ok());
+  EXPECT_TRUE(
+      ValidateDraftedTree(*session->Draft(DraftLimits{16, 8}), config_.vocab_size, 16, 1).ok());
   ASSERT_TRUE(session->Append(RandomTokens(2, config_.vocab_size, 7)).ok());  // beyond
   EXPECT_THAT(session->Draft(DraftLimits{16, 8})->tokens, IsEmpty());
 }

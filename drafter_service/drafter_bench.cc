@@ -2,9 +2,12 @@
 //
 //   treespec-drafter-bench [--draft_model=DIR] [--context=512] [--steps=50] [--json=out.json]
 //
-// Per step = one Append of the emitted tokens (1-3) plus one Draft, as the service does for a
-// Commit. Without --draft_model a random model of the embedded draft's shape (2 layers x 128,
-// vocab 4096) is written to a temporary directory; --init_std sets how peaked it is.
+// Per step = one Append of the emitted tokens plus one Draft, as the service does for a Commit;
+// the emitted tokens come from walking the previous tree along a synthetic repetitive text.
+// Without --draft_model a random model of the embedded draft's shape (2 layers x 128, vocab
+// 4096) is written to a temporary directory; --init_std sets how peaked it is.
+#include <grpcpp/grpcpp.h>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -14,8 +17,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -46,70 +47,99 @@ struct Result {
   std::string name;
   double ms_per_step = 0;
   double nodes_per_tree = 0;
+  double tokens_per_step = 0;  // emitted per step (accepted + bonus) against the target text
 };
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-// Text that repeats with variations, so ngram matches exist: a phrase of 12 tokens, every
-// fifth repetition with one token changed.
-std::vector<int32_t> Prompt(int n, int vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> phrase(12);
-  for (int32_t& t : phrase) t = static_cast<int32_t>(rng() % vocab);
-  std::vector<int32_t> out(n);
-  for (int i = 0; i < n; ++i) {
-    out[i] = (i / 12) % 5 == 4 && i % 12 == 3 ? static_cast<int32_t>(rng() % vocab)
-                                               : phrase[i % phrase.size()];
+// The "target's text": a phrase of 12 tokens repeated, every fifth repetition with one token
+// changed, so ngram matches exist but are not always right. The prompt is its first tokens and
+// the simulated verifier accepts drafted tokens while they agree with it.
+class TargetText {
+ public:
+  TargetText(int vocab, uint32_t seed) : vocab_(vocab), seed_(seed), phrase_(12) {
+    std::mt19937 rng(seed);
+    for (int32_t& t : phrase_) t = static_cast<int32_t>(rng() % vocab);
   }
-  return out;
-}
+  int32_t At(int64_t i) const {
+    if ((i / 12) % 5 == 4 && i % 12 == 3) {
+      return static_cast<int32_t>((static_cast<uint64_t>(i) * 2654435761u + seed_) % vocab_);
+    }
+    return phrase_[i % phrase_.size()];
+  }
+  std::vector<int32_t> Range(int64_t begin, int64_t end) const {
+    std::vector<int32_t> out;
+    for (int64_t i = begin; i < end; ++i) out.push_back(At(i));
+    return out;
+  }
 
-// The verifier's view of a step: accept the first drafted token (if any) plus a bonus.
-std::vector<int32_t> Emitted(const std::vector<int32_t>& tree_tokens, int step, int vocab) {
-  std::vector<int32_t> out;
-  if (!tree_tokens.empty() && step % 3 != 2) out.push_back(tree_tokens[0]);
-  out.push_back(static_cast<int32_t>((step * 7919) % vocab));
-  return out;
+ private:
+  const int vocab_;
+  const uint32_t seed_;
+  std::vector<int32_t> phrase_;
+};
+
+// Walks the drafted tree along the target's text from position `pos` (the bonus is at pos-1):
+// returns the accepted drafted tokens plus the next bonus, as the verifier would emit them.
+std::vector<int32_t> Emit(const TargetText& text, int64_t pos, const std::vector<int32_t>& tokens,
+                          const std::vector<int32_t>& parents) {
+  int32_t cur = -1;
+  int64_t p = pos;
+  for (size_t j = 0; j < tokens.size(); ++j) {
+    if (parents[j] == cur && tokens[j] == text.At(p)) {
+      cur = static_cast<int32_t>(j);
+      ++p;
+    }
+  }
+  return text.Range(pos, p + 1);
 }
 
 absl::StatusOr<Result> InProcess(const std::string& name, DrafterFactory& factory, int vocab) {
+  const TargetText text(vocab, 1);
   ASSIGN_OR_RETURN(std::unique_ptr<DraftSession> session, factory.NewSession());
-  RETURN_IF_ERROR(session->Append(Prompt(absl::GetFlag(FLAGS_context), vocab, 1)));
+  int64_t pos = absl::GetFlag(FLAGS_context);
+  RETURN_IF_ERROR(session->Append(text.Range(0, pos)));
   const DraftLimits limits{absl::GetFlag(FLAGS_tree_budget), absl::GetFlag(FLAGS_max_depth)};
   const int steps = absl::GetFlag(FLAGS_steps);
-  std::vector<int32_t> last;
-  int64_t nodes = 0;
+  DraftedTree tree;
+  int64_t nodes = 0, emitted_total = 0;
   Clock::duration total{};
   for (int s = 0; s < steps; ++s) {
-    const std::vector<int32_t> emitted = Emitted(last, s, vocab);
+    const std::vector<int32_t> emitted = Emit(text, pos, tree.tokens, tree.parents);
+    pos += static_cast<int64_t>(emitted.size());
+    emitted_total += static_cast<int64_t>(emitted.size());
     const auto t0 = Clock::now();
     RETURN_IF_ERROR(session->Append(emitted));
-    ASSIGN_OR_RETURN(DraftedTree tree, session->Draft(limits));
+    ASSIGN_OR_RETURN(tree, session->Draft(limits));
     total += Clock::now() - t0;
     nodes += static_cast<int64_t>(tree.tokens.size());
-    last = tree.tokens;
   }
-  return Result{name, Ms(total) / steps, static_cast<double>(nodes) / steps};
+  return Result{name, Ms(total) / steps, static_cast<double>(nodes) / steps,
+                static_cast<double>(emitted_total) / steps};
 }
 
 // Commit -> DraftTree round trips over a real gRPC stream.
 absl::StatusOr<Result> OverGrpc(const std::string& name, v1::Drafter::Stub& stub,
                                 v1::SpeculationMode mode, int vocab) {
+  const TargetText text(vocab, 1);
   grpc::ClientContext ctx;
   auto stream = stub.Draft(&ctx);
+  int64_t pos = absl::GetFlag(FLAGS_context);
+  const std::vector<int32_t> prompt = text.Range(0, pos);
   v1::DraftRequest open;
-  const std::vector<int32_t> prompt = Prompt(absl::GetFlag(FLAGS_context), vocab, 1);
   open.mutable_open()->mutable_prompt_ids()->Assign(prompt.begin(), prompt.end());
   open.mutable_open()->set_mode(mode);
   open.mutable_open()->set_tree_budget(absl::GetFlag(FLAGS_tree_budget));
   open.mutable_open()->set_max_depth(absl::GetFlag(FLAGS_max_depth));
   stream->Write(open);
   const int steps = absl::GetFlag(FLAGS_steps);
-  std::vector<int32_t> last;
-  int64_t nodes = 0;
+  std::vector<int32_t> tokens, parents;
+  int64_t nodes = 0, emitted_total = 0;
   Clock::duration total{};
   for (int s = 0; s < steps; ++s) {
-    const std::vector<int32_t> emitted = Emitted(last, s, vocab);
+    const std::vector<int32_t> emitted = Emit(text, pos, tokens, parents);
+    pos += static_cast<int64_t>(emitted.size());
+    emitted_total += static_cast<int64_t>(emitted.size());
     v1::DraftRequest commit;
     commit.mutable_commit()->set_step(s);
     commit.mutable_commit()->mutable_tokens()->Assign(emitted.begin(), emitted.end());
@@ -118,12 +148,14 @@ absl::StatusOr<Result> OverGrpc(const std::string& name, v1::Drafter::Stub& stub
     if (!stream->Write(commit) || !stream->Read(&response)) break;
     total += Clock::now() - t0;
     nodes += response.tree().tokens_size();
-    last.assign(response.tree().tokens().begin(), response.tree().tokens().end());
+    tokens.assign(response.tree().tokens().begin(), response.tree().tokens().end());
+    parents.assign(response.tree().parents().begin(), response.tree().parents().end());
   }
   stream->WritesDone();
   grpc::Status status = stream->Finish();
   if (!status.ok()) return absl::InternalError(status.error_message());
-  return Result{name, Ms(total) / steps, static_cast<double>(nodes) / steps};
+  return Result{name, Ms(total) / steps, static_cast<double>(nodes) / steps,
+                static_cast<double>(emitted_total) / steps};
 }
 
 absl::StatusOr<std::unique_ptr<CausalLm>> LoadModel(const std::string& dir) {
@@ -155,8 +187,8 @@ absl::Status Run() {
   std::vector<Result> results;
   auto add = [&](absl::StatusOr<Result> r) -> absl::Status {
     if (!r.ok()) return r.status();
-    std::printf("%-34s %8.3f ms/step  %5.1f nodes/tree\n", r->name.c_str(), r->ms_per_step,
-                r->nodes_per_tree);
+    std::printf("%-32s %8.3f ms/step  %5.1f nodes/tree  %5.2f tokens/step\n", r->name.c_str(),
+                r->ms_per_step, r->nodes_per_tree, r->tokens_per_step);
     std::fflush(stdout);
     results.push_back(*std::move(r));
     return absl::OkStatus();
@@ -189,9 +221,9 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(std::unique_ptr<CausalLm> lm, LoadModel(dir));
   DrafterServiceOptions service_options;
   service_options.vocab_size = vocab;
-  DrafterService service(service_options, std::make_unique<NgramDrafterFactory>(NgramOptions{}),
-                         std::make_unique<DraftModelDrafterFactory>(std::move(lm),
-                                                                    DraftModelOptions{}));
+  DrafterService service(
+      service_options, std::make_unique<NgramDrafterFactory>(NgramOptions{}),
+      std::make_unique<DraftModelDrafterFactory>(std::move(lm), DraftModelOptions{}));
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -201,20 +233,23 @@ absl::Status Run() {
   auto stub = v1::Drafter::NewStub(
       grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
   RETURN_IF_ERROR(add(OverGrpc("grpc ngram", *stub, v1::SPECULATION_MODE_NGRAM, vocab)));
-  RETURN_IF_ERROR(
-      add(OverGrpc("grpc draft_model tree (exact)", *stub, v1::SPECULATION_MODE_DRAFT_MODEL, vocab)));
+  RETURN_IF_ERROR(add(
+      OverGrpc("grpc draft_model tree (exact)", *stub, v1::SPECULATION_MODE_DRAFT_MODEL, vocab)));
   server->Shutdown();
 
   const std::string json_path = absl::GetFlag(FLAGS_json);
   if (!json_path.empty()) {
     std::ofstream out(json_path);
-    out << absl::StrFormat("{\"context\": %d, \"tree_budget\": %d, \"max_depth\": %d, \"results\": [",
-                           absl::GetFlag(FLAGS_context), absl::GetFlag(FLAGS_tree_budget),
-                           absl::GetFlag(FLAGS_max_depth));
+    out << absl::StrFormat(
+        "{\"context\": %d, \"tree_budget\": %d, \"max_depth\": %d, \"results\": [",
+        absl::GetFlag(FLAGS_context), absl::GetFlag(FLAGS_tree_budget),
+        absl::GetFlag(FLAGS_max_depth));
     for (size_t i = 0; i < results.size(); ++i) {
-      out << absl::StrFormat("%s{\"name\": \"%s\", \"ms_per_step\": %.4f, \"nodes_per_tree\": %.2f}",
-                             i ? ", " : "", results[i].name, results[i].ms_per_step,
-                             results[i].nodes_per_tree);
+      out << absl::StrFormat(
+          "%s{\"name\": \"%s\", \"ms_per_step\": %.4f, \"nodes_per_tree\": %.2f, "
+          "\"tokens_per_step\": %.3f}",
+          i ? ", " : "", results[i].name, results[i].ms_per_step, results[i].nodes_per_tree,
+          results[i].tokens_per_step);
     }
     out << "]}\n";
   }

@@ -1,13 +1,13 @@
 // treespec-drafter: serves treespec.v1.Drafter (ngram and, with --draft_model, a draft LM).
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
 #include <thread>
-
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -84,14 +84,13 @@ absl::Status Run() {
     lm_options.max_batch = absl::GetFlag(FLAGS_max_sessions);
     absl::StatusOr<std::unique_ptr<CausalLm>> lm = LoadCpuCausalLm(model_dir, lm_options);
     if (!lm.ok()) {
-      return absl::Status(lm.status().code(), absl::StrCat("--draft_model=", model_dir, ": ",
-                                                           lm.status().message()));
+      return absl::Status(lm.status().code(),
+                          absl::StrCat("--draft_model=", model_dir, ": ", lm.status().message()));
     }
     const int model_vocab = (*lm)->config().vocab_size;
     if (options.vocab_size != 0 && options.vocab_size != model_vocab) {
-      return absl::InvalidArgumentError(absl::StrCat("--vocab_size=", options.vocab_size,
-                                                     " disagrees with the draft model's ",
-                                                     model_vocab));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--vocab_size=", options.vocab_size, " disagrees with the draft model's ", model_vocab));
     }
     options.vocab_size = model_vocab;
     TS_LOG(kInfo, "draft model %s: %d layers x %d, vocab %d, window %d, %s mode", model_dir,

@@ -32,9 +32,9 @@ absl::Status CheckTokens(const google::protobuf::RepeatedField<int32_t>& tokens,
   const int64_t limit = vocab_size > 0 ? vocab_size : std::numeric_limits<int32_t>::max();
   for (int i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || tokens[i] >= limit) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " token id ", tokens[i], " at index ", i, " out of range [0, ",
-          vocab_size > 0 ? absl::StrCat(vocab_size) : std::string("2^31"), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " token id ", tokens[i], " at index ", i, " out of range [0, ",
+                       vocab_size > 0 ? absl::StrCat(vocab_size) : std::string("2^31"), ")"));
     }
   }
   return absl::OkStatus();
@@ -44,17 +44,16 @@ absl::Status CheckTokens(const google::protobuf::RepeatedField<int32_t>& tokens,
 absl::StatusOr<int> ResolveLimit(int requested, int default_value, int max, const char* name) {
   if (requested == 0) return default_value;
   if (requested < 0 || requested > max) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " ", requested, " out of range [0, ",
-                                                   max, "] (0 = server default ",
-                                                   default_value, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(name, " ", requested, " out of range [0, ", max,
+                                                   "] (0 = server default ", default_value, ")"));
   }
   return requested;
 }
 
 }  // namespace
 
-absl::Status ValidateDrafterServiceOptions(const DrafterServiceOptions& options,
-                                           bool have_ngram, bool have_draft_model) {
+absl::Status ValidateDrafterServiceOptions(const DrafterServiceOptions& options, bool have_ngram,
+                                           bool have_draft_model) {
   if (!have_ngram) return absl::InvalidArgumentError("the ngram drafter is required");
   if (options.default_kind == DrafterKind::kDraftModel && !have_draft_model) {
     return absl::InvalidArgumentError(
@@ -66,9 +65,9 @@ absl::Status ValidateDrafterServiceOptions(const DrafterServiceOptions& options,
         absl::StrCat("--max_tree_budget must be >= 1, got ", options.max_tree_budget));
   }
   if (options.default_tree_budget < 1 || options.default_tree_budget > options.max_tree_budget) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--tree_budget must be in [1, --max_tree_budget=", options.max_tree_budget, "], got ",
-        options.default_tree_budget));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tree_budget must be in [1, --max_tree_budget=", options.max_tree_budget,
+                     "], got ", options.default_tree_budget));
   }
   if (options.max_depth_limit < 1) {
     return absl::InvalidArgumentError("max_depth_limit must be >= 1");
@@ -175,9 +174,9 @@ class DrafterService::SessionReactor final
         if (!opened_) return absl::InvalidArgumentError("first message must be open");
         const v1::DraftCommit& commit = request_.commit();
         if (commit.tokens().empty()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "commit step ", commit.step(),
-              " carries no tokens; it must end with the pending bonus token"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("commit step ", commit.step(),
+                           " carries no tokens; it must end with the pending bonus token"));
         }
         absl::Status status = CheckTokens(commit.tokens(), service_->options_.vocab_size,
                                           absl::StrCat("commit step ", commit.step(), ":"));
@@ -212,13 +211,12 @@ class DrafterService::SessionReactor final
       case v1::SPECULATION_MODE_DFLASH:
         return absl::UnimplementedError(
             "mode DFLASH is not served yet; use NGRAM, DRAFT_MODEL or AUTO");
-      default:
-        return absl::InvalidArgumentError(absl::StrCat(
-            "unknown speculation mode ", static_cast<int>(open.mode()),
-            "; use AUTO, NGRAM or DRAFT_MODEL"));
+      default:  // proto3 enums are open: the wire may carry values we do not know
+        return absl::InvalidArgumentError(absl::StrCat("unknown speculation mode ",
+                                                       static_cast<int>(open.mode()),
+                                                       "; use AUTO, NGRAM or DRAFT_MODEL"));
     }
-    factory_ = kind_ == DrafterKind::kNgram ? service_->ngram_.get()
-                                            : service_->draft_model_.get();
+    factory_ = kind_ == DrafterKind::kNgram ? service_->ngram_.get() : service_->draft_model_.get();
     if (factory_ == nullptr) {
       return absl::FailedPreconditionError(
           "mode DRAFT_MODEL needs a draft model, but this drafter was started without "
@@ -331,13 +329,11 @@ class DrafterService::SessionReactor final
     absl::StatusOr<DraftedTree> tree = session_->Draft(limits_);
     if (!tree.ok()) return tree.status();
     const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-            .count();
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     draft_ms_ += ms;
     const int vocab = service_->options_.vocab_size > 0 ? service_->options_.vocab_size
                                                         : std::numeric_limits<int32_t>::max();
-    absl::Status valid = ValidateDraftedTree(*tree, vocab, limits_.tree_budget,
-                                             limits_.max_depth);
+    absl::Status valid = ValidateDraftedTree(*tree, vocab, limits_.tree_budget, limits_.max_depth);
     if (!valid.ok()) {
       return absl::InternalError(absl::StrCat("drafter produced a bad tree: ", valid.message()));
     }
@@ -354,18 +350,18 @@ class DrafterService::SessionReactor final
   int64_t serial_ = 0;
 
   std::mutex mu_;
-  v1::DraftRequest request_;          // target of the outstanding read
-  v1::DraftResponse current_write_;   // the outstanding write
+  v1::DraftRequest request_;         // target of the outstanding read
+  v1::DraftResponse current_write_;  // the outstanding write
   std::deque<v1::DraftResponse> writes_;
   std::deque<Work> queue_;
   bool opened_ = false;
-  bool scheduled_ = false;    // a RunOne is queued or running
+  bool scheduled_ = false;  // a RunOne is queued or running
   bool writing_ = false;
   bool read_closed_ = false;
   bool write_failed_ = false;
   bool cancelled_ = false;
   bool failed_ = false;
-  bool finished_ = false;     // Finish was called
+  bool finished_ = false;  // Finish was called
   absl::Status error_;
 
   // Set by the open (under mu_) before the first task; read by tasks afterwards.

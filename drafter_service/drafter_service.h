@@ -7,11 +7,11 @@
 #ifndef TREESPEC_DRAFTER_SERVICE_DRAFTER_SERVICE_H_
 #define TREESPEC_DRAFTER_SERVICE_DRAFTER_SERVICE_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
 #include "drafter_service/drafter.h"
@@ -24,18 +24,18 @@ enum class DrafterKind { kNgram, kDraftModel };
 
 struct DrafterServiceOptions {
   DrafterKind default_kind = DrafterKind::kNgram;  // what SPECULATION_MODE_AUTO gets
-  int default_tree_budget = 16;  // for tree_budget = 0
-  int default_max_depth = 8;     // for max_depth = 0
-  int max_tree_budget = 256;     // larger requests are INVALID_ARGUMENT
-  int max_depth_limit = 64;      // larger requests are INVALID_ARGUMENT
-  int vocab_size = 0;            // token ids must be in [0, vocab_size); 0 = only >= 0
-  int worker_threads = 2;        // drafting threads
+  int default_tree_budget = 16;                    // for tree_budget = 0
+  int default_max_depth = 8;                       // for max_depth = 0
+  int max_tree_budget = 256;                       // larger requests are INVALID_ARGUMENT
+  int max_depth_limit = 64;                        // larger requests are INVALID_ARGUMENT
+  int vocab_size = 0;      // token ids must be in [0, vocab_size); 0 = only >= 0
+  int worker_threads = 2;  // drafting threads
 };
 
 // Checks that the options are consistent with the drafters given (the message names the
 // option), e.g. the default kind has a drafter and defaults are within the maxima.
-absl::Status ValidateDrafterServiceOptions(const DrafterServiceOptions& options,
-                                           bool have_ngram, bool have_draft_model);
+absl::Status ValidateDrafterServiceOptions(const DrafterServiceOptions& options, bool have_ngram,
+                                           bool have_draft_model);
 
 class DrafterService final : public v1::Drafter::CallbackService {
  public:

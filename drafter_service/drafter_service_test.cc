@@ -1,14 +1,14 @@
 // The Drafter service over real gRPC on loopback: an in-process server on port 0.
 #include "drafter_service/drafter_service.h"
 
+#include <grpcpp/grpcpp.h>
+
 #include <chrono>
 #include <memory>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "common/model/cpu_causal_lm.h"
 #include "common/model/cpu_test_util.h"
@@ -40,8 +40,7 @@ class DrafterServiceTest : public ::testing::Test {
       absl::StatusOr<std::unique_ptr<CausalLm>> lm =
           CreateCpuCausalLm(config, testing::RandomWeights(config, 11), LmOptions{});
       ASSERT_TRUE(lm.ok()) << lm.status();
-      draft_model = std::make_unique<DraftModelDrafterFactory>(*std::move(lm),
-                                                               DraftModelOptions{});
+      draft_model = std::make_unique<DraftModelDrafterFactory>(*std::move(lm), DraftModelOptions{});
     }
     ASSERT_TRUE(ValidateDrafterServiceOptions(options, true, with_draft_model).ok());
     service_ = std::make_unique<DrafterService>(
@@ -53,8 +52,8 @@ class DrafterServiceTest : public ::testing::Test {
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
     ASSERT_NE(port, 0);
-    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
-                                   grpc::InsecureChannelCredentials());
+    channel_ =
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
     stub_ = v1::Drafter::NewStub(channel_);
   }
 
@@ -155,7 +154,8 @@ TEST_F(DrafterServiceTest, AutoUsesDefaultsAndHalfCloseFlushesPendingCommits) {
   ASSERT_TRUE(stream->Write(Open(prompt, v1::SPECULATION_MODE_AUTO)));
   // Three commits at once, then half-close: every commit is answered (stale ones may be
   // empty), the last one with the real tree, then the stream ends OK.
-  for (int step = 0; step < 3; ++step) ASSERT_TRUE(stream->Write(Commit(step, {prompt[(40 + step) % 7]})));
+  for (int step = 0; step < 3; ++step)
+    ASSERT_TRUE(stream->Write(Commit(step, {prompt[(40 + step) % 7]})));
   ASSERT_TRUE(stream->WritesDone());
   std::vector<v1::DraftResponse> responses;
   v1::DraftResponse response;

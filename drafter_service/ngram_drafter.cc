@@ -21,9 +21,7 @@ uint64_t Mix(uint64_t h, int32_t token) {
 // Continuations merged into a trie; node 0 is the bonus. Keys are node indices.
 class ContinuationTrie final : public CandidateSource {
  public:
-  explicit ContinuationTrie(int num_sequences) {
-    nodes_.push_back(Node{-1, num_sequences, {}});
-  }
+  explicit ContinuationTrie(int num_sequences) { nodes_.push_back(Node{-1, num_sequences, {}}); }
 
   void Insert(absl::Span<const int32_t> continuation) {
     int32_t cur = 0;
@@ -51,9 +49,8 @@ class ContinuationTrie final : public CandidateSource {
     for (size_t i = 0; i < nodes_.size(); ++i) {
       std::vector<int32_t> kids = nodes_[i].children;
       // Stable: equal counts stay in order of first sight, i.e. most recent first.
-      std::stable_sort(kids.begin(), kids.end(), [this](int32_t a, int32_t b) {
-        return nodes_[a].count > nodes_[b].count;
-      });
+      std::stable_sort(kids.begin(), kids.end(),
+                       [this](int32_t a, int32_t b) { return nodes_[a].count > nodes_[b].count; });
       const double parent_count = nodes_[i].count;
       for (int32_t k : kids) {
         const float lp = static_cast<float>(std::log(nodes_[k].count / parent_count));
@@ -83,8 +80,8 @@ absl::Status ValidateNgramOptions(const NgramOptions& options) {
   }
   if (options.max_ngram < options.min_ngram) {
     return absl::InvalidArgumentError(absl::StrCat("ngram max_ngram (", options.max_ngram,
-                                                   ") must be >= min_ngram (",
-                                                   options.min_ngram, ")"));
+                                                   ") must be >= min_ngram (", options.min_ngram,
+                                                   ")"));
   }
   if (options.max_occurrences < 1) {
     return absl::InvalidArgumentError(

@@ -143,7 +143,8 @@ TEST(NgramDrafterTest, RandomContextsDraftOnlyObservedContinuations) {
         }
         // What followed position e, extended periodically past the end of the context.
         std::vector<int32_t> follow(context.begin() + e, context.end());
-        while (follow.size() < paths[j].size()) follow.push_back(follow[follow.size() - (size - e)]);
+        while (follow.size() < paths[j].size())
+          follow.push_back(follow[follow.size() - (size - e)]);
         seen = std::equal(paths[j].begin(), paths[j].end(), follow.begin());
       }
       EXPECT_TRUE(seen) << "trial " << trial << " node " << j;

@@ -224,10 +224,17 @@ void Engine::Loop() {
     DropCancelled();
     Admit();
     if (running_.empty()) continue;
+    const absl::Time wait_start = absl::Now();
     WaitForDrafts();
+    const double wait_ms = absl::ToDoubleMilliseconds(absl::Now() - wait_start);
+    for (auto& a : running_) a->stats.draft_wait_ms += wait_ms;
     DropCancelled();
+    const absl::Time step_start = absl::Now();
     if (!running_.empty()) Step();
     RemoveFinished();
+    TS_LOG(kDebug, "step: %d requests, draft wait %.2f ms, step %.2f ms",
+           static_cast<int>(running_.size()), wait_ms,
+           absl::ToDoubleMilliseconds(absl::Now() - step_start));
   }
   // Shutdown: everything still here ends now.
   std::deque<std::unique_ptr<Active>> queued;
@@ -331,6 +338,7 @@ void Engine::WaitForDrafts() {
 }
 
 void Engine::Step() {
+  const absl::Time step_start = absl::Now();
   const ModelConfig& config = model_->config();
   const int context = options_.context_length;
   std::vector<SeqTree> batch;
@@ -374,7 +382,11 @@ void Engine::Step() {
     batch.push_back(std::move(t));
   }
 
+  const absl::Time forward_start = absl::Now();
   absl::StatusOr<std::vector<float>> logits = model_->Forward(batch);
+  const absl::Time forward_end = absl::Now();
+  const double forward_ms = absl::ToDoubleMilliseconds(forward_end - forward_start);
+  const double build_ms = absl::ToDoubleMilliseconds(forward_start - step_start);
   if (!logits.ok()) {
     TS_LOG(kError, "forward of %d requests failed: %s", static_cast<int>(batch.size()),
            std::string(logits.status().message()));
@@ -392,6 +404,8 @@ void Engine::Step() {
   size_t row = 0;
   for (size_t b = 0; b < running_.size(); ++b) {
     Active& a = *running_[b];
+    a.stats.forward_ms += forward_ms;
+    a.stats.host_ms += build_ms;
     const SeqTree& t = batch[b];
     const int n = static_cast<int>(t.tokens.size());
     const float* rows = logits->data() + row * vocab;
@@ -447,9 +461,11 @@ void Engine::Step() {
       update.finish_reason = FinishReason::kContext;
     }
     if (update.finished) {
+      a.stats.host_ms += absl::ToDoubleMilliseconds(absl::Now() - forward_end);
       Finish(a, std::move(update));
       continue;
     }
+    a.stats.host_ms += absl::ToDoubleMilliseconds(absl::Now() - forward_end);
     a.sink->OnUpdate(std::move(update));
     if (a.draft != nullptr) {
       a.commit_sent = absl::Now();

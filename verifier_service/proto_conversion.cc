@@ -102,6 +102,9 @@ v1::GenerateResponse ToProto(const GenerationUpdate& update, const std::string& 
   p->mutable_accepted_per_depth()->Add(s.accepted_per_depth.begin(), s.accepted_per_depth.end());
   p->mutable_drafted_per_depth()->Add(s.drafted_per_depth.begin(), s.drafted_per_depth.end());
   p->set_mean_acceptance_length(s.MeanAcceptanceLength());
+  p->set_draft_wait_ms(s.draft_wait_ms);
+  p->set_forward_ms(s.forward_ms);
+  p->set_host_ms(s.host_ms);
   return out;
 }
 

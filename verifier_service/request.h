@@ -43,6 +43,9 @@ struct SpecStats {
   int64_t bad_trees = 0;              // drafts dropped because they failed validation
   std::vector<int64_t> accepted_per_depth;  // [d]: steps accepting a token at depth d+1
   std::vector<int64_t> drafted_per_depth;   // [d]: steps whose tree reached depth d+1
+  double draft_wait_ms = 0;           // time this request's steps waited for drafts
+  double forward_ms = 0;              // time in the model forward (prefill included)
+  double host_ms = 0;                 // the rest of its steps (walk, commit, streaming)
   double MeanAcceptanceLength() const {
     return steps == 0 ? 0.0 : 1.0 + static_cast<double>(accepted_tokens) / steps;
   }

@@ -16,22 +16,21 @@ absl::Status ValidateDraftedTree(const DraftedTree& tree, int vocab_size, int ma
                      " parents; both lists must have one entry per drafted node"));
   }
   if (!tree.logprobs.empty() && tree.logprobs.size() != m) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("draft tree has ", m, " tokens but ", tree.logprobs.size(),
-                     " logprobs; send one per drafted node or none"));
+    return absl::InvalidArgumentError(absl::StrCat("draft tree has ", m, " tokens but ",
+                                                   tree.logprobs.size(),
+                                                   " logprobs; send one per drafted node or none"));
   }
   if (static_cast<int64_t>(m) > max_nodes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "draft tree has ", m, " nodes, more than the budget of ", max_nodes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("draft tree has ", m, " nodes, more than the budget of ", max_nodes));
   }
   // depth[j] of drafted entry j: 1 for children of the bonus.
   std::vector<int32_t> depth(m);
   for (size_t j = 0; j < m; ++j) {
     const int32_t token = tree.tokens[j];
     if (token < 0 || token >= vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("draft tree node ", j, ": token id ",
-                                                     token, " out of range [0, ", vocab_size,
-                                                     ")"));
+      return absl::InvalidArgumentError(absl::StrCat("draft tree node ", j, ": token id ", token,
+                                                     " out of range [0, ", vocab_size, ")"));
     }
     const int32_t parent = tree.parents[j];
     if (parent < -1 || parent >= static_cast<int32_t>(j)) {
@@ -41,9 +40,8 @@ absl::Status ValidateDraftedTree(const DraftedTree& tree, int vocab_size, int ma
     }
     depth[j] = parent < 0 ? 1 : depth[parent] + 1;
     if (depth[j] > max_depth) {
-      return absl::InvalidArgumentError(absl::StrCat("draft tree node ", j, ": depth ",
-                                                     depth[j], " exceeds max_depth ",
-                                                     max_depth));
+      return absl::InvalidArgumentError(absl::StrCat("draft tree node ", j, ": depth ", depth[j],
+                                                     " exceeds max_depth ", max_depth));
     }
   }
   return absl::OkStatus();
@@ -86,8 +84,7 @@ std::vector<uint64_t> AncestorMask(absl::Span<const int32_t> parents) {
   return mask;
 }
 
-std::vector<int32_t> WalkTree(absl::Span<const int32_t> tokens,
-                              absl::Span<const int32_t> parents,
+std::vector<int32_t> WalkTree(absl::Span<const int32_t> tokens, absl::Span<const int32_t> parents,
                               absl::Span<const int32_t> choice) {
   std::vector<int32_t> path;
   if (tokens.empty()) return path;

@@ -40,8 +40,7 @@ TEST(ValidateDraftedTreeTest, RejectsSizeMismatch) {
 }
 
 TEST(ValidateDraftedTreeTest, RejectsBadParent) {
-  absl::Status s = ValidateDraftedTree(MakeTree({1, 2, 3, 4, 5, 6}, {-1, 0, 1, 2, 3, 7}), 10,
-                                       8, 8);
+  absl::Status s = ValidateDraftedTree(MakeTree({1, 2, 3, 4, 5, 6}, {-1, 0, 1, 2, 3, 7}), 10, 8, 8);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("draft tree node 5: parent 7 is not before the node"));
 
@@ -82,8 +81,7 @@ TEST(ToVerifyTreeTest, PrependsBonusAndShiftsParents) {
 }
 
 TEST(NodeDepthsTest, TreeAndForest) {
-  EXPECT_THAT(NodeDepths(std::vector<int32_t>{-1, 0, 1, 0, 3, 2}),
-              ElementsAre(0, 1, 2, 1, 2, 3));
+  EXPECT_THAT(NodeDepths(std::vector<int32_t>{-1, 0, 1, 0, 3, 2}), ElementsAre(0, 1, 2, 1, 2, 3));
   EXPECT_THAT(NodeDepths(std::vector<int32_t>{-1, -1, 0, 1}), ElementsAre(0, 0, 1, 1));
   EXPECT_TRUE(NodeDepths(std::vector<int32_t>{}).empty());
 }
@@ -166,13 +164,11 @@ TEST(WalkTreeTest, DuplicateTokensFirstChildWins) {
 }
 
 TEST(WalkTreeTest, SingleNodeAndChain) {
-  EXPECT_THAT(WalkTree(std::vector<int32_t>{3}, std::vector<int32_t>{-1},
-                       std::vector<int32_t>{3}),
+  EXPECT_THAT(WalkTree(std::vector<int32_t>{3}, std::vector<int32_t>{-1}, std::vector<int32_t>{3}),
               ElementsAre(0));
   std::vector<int32_t> tokens = {0, 1, 2, 3, 4};
   std::vector<int32_t> parents = {-1, 0, 1, 2, 3};
-  EXPECT_THAT(WalkTree(tokens, parents, std::vector<int32_t>{1, 2, 9, 4, 5}),
-              ElementsAre(0, 1, 2));
+  EXPECT_THAT(WalkTree(tokens, parents, std::vector<int32_t>{1, 2, 9, 4, 5}), ElementsAre(0, 1, 2));
   EXPECT_THAT(WalkTree(tokens, parents, std::vector<int32_t>{1, 2, 3, 4, 5}),
               ElementsAre(0, 1, 2, 3, 4));
 }

@@ -159,6 +159,10 @@ std::string StatsLine(const v1::GenerateResponse& last, double wall_ms) {
     line += absl::StrFormat(", %d steps, mean acceptance %.2f, acceptance per depth [%s]",
                             s.steps(), s.mean_acceptance_length(), absl::StrJoin(per_depth, " "));
   }
+  if (s.forward_ms() > 0) {
+    line += absl::StrFormat(", step time: draft wait %.1f ms, forward %.1f ms, host %.1f ms",
+                            s.draft_wait_ms(), s.forward_ms(), s.host_ms());
+  }
   return line + "]";
 }
 
@@ -222,6 +226,7 @@ int GenerateMany(v1::Generation::Stub* stub, v1::SpeculationMode mode) {
   const double wall_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
 
   int64_t tokens = 0, steps = 0, accepted = 0, drafted = 0, failures = 0;
+  double wait_ms = 0, forward_ms = 0, host_ms = 0;
   std::vector<int64_t> per_depth;
   nlohmann::json requests = nlohmann::json::array();
   for (size_t i = 0; i < results.size(); ++i) {
@@ -237,6 +242,9 @@ int GenerateMany(v1::Generation::Stub* stub, v1::SpeculationMode mode) {
     steps += s.steps();
     accepted += s.accepted_tokens();
     drafted += s.drafted_tokens();
+    wait_ms += s.draft_wait_ms();
+    forward_ms += s.forward_ms();
+    host_ms += s.host_ms();
     if (per_depth.size() < static_cast<size_t>(s.accepted_per_depth_size())) {
       per_depth.resize(s.accepted_per_depth_size());
     }
@@ -256,13 +264,14 @@ int GenerateMany(v1::Generation::Stub* stub, v1::SpeculationMode mode) {
   std::printf(
       "summary: %zu prompts, %lld failed, %lld new tokens in %.1f ms = %.1f tok/s; "
       "%lld verify steps, %lld drafted, %lld accepted, mean acceptance length %.2f; "
-      "acceptance per depth [%s]\n",
+      "acceptance per depth [%s]; verifier step time: draft wait %.0f ms, forward %.0f ms, "
+      "host %.0f ms\n",
       prompts.size(), static_cast<long long>(failures), static_cast<long long>(tokens), wall_ms,
       wall_ms > 0 ? tokens * 1e3 / wall_ms : 0.0, static_cast<long long>(steps),
       static_cast<long long>(drafted), static_cast<long long>(accepted), mal,
       absl::StrJoin(depth_rates, " ", [](std::string* out, double v) {
         absl::StrAppend(out, absl::StrFormat("%.2f", v));
-      }).c_str());
+      }).c_str(), wait_ms, forward_ms, host_ms);
   if (!absl::GetFlag(FLAGS_json_out).empty()) {
     nlohmann::json summary = {{"prompts", prompts.size()}, {"failed", failures},
                               {"completion_tokens", tokens}, {"wall_ms", wall_ms},
@@ -270,6 +279,8 @@ int GenerateMany(v1::Generation::Stub* stub, v1::SpeculationMode mode) {
                               {"steps", steps}, {"drafted_tokens", drafted},
                               {"accepted_tokens", accepted}, {"mean_acceptance_length", mal},
                               {"acceptance_per_depth", depth_rates},
+                              {"draft_wait_ms", wait_ms}, {"forward_ms", forward_ms},
+                              {"host_ms", host_ms},
                               {"concurrency", absl::GetFlag(FLAGS_concurrency)},
                               {"mode", absl::GetFlag(FLAGS_mode)}, {"requests", requests}};
     std::ofstream(absl::GetFlag(FLAGS_json_out)) << summary.dump(1) << "\n";
