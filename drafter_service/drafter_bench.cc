@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/model/causal_lm.h"
+#include "common/model/cpu_test_util.h"
 #include "common/model/random_model.h"
 #include "common/util/status_macros.h"
 #include "drafter_service/draft_model_drafter.h"
@@ -168,18 +169,10 @@ absl::Status Run() {
   std::string dir = absl::GetFlag(FLAGS_draft_model);
   if (dir.empty()) {
     dir = (std::filesystem::temp_directory_path() / "treespec-drafter-bench-model").string();
-    ModelConfig config;
-    config.architecture = "LlamaForCausalLM";
+    // The tiny draft's shape: 2 layers x 128, vocab 4096.
+    ModelConfig config = testing::SmallLlamaConfig();
     config.vocab_size = 4096;
-    config.hidden_size = 128;
-    config.intermediate_size = 320;
-    config.num_layers = 2;
-    config.num_q_heads = 8;
-    config.num_kv_heads = 4;
-    config.head_dim = 16;
     config.max_position_embeddings = 4096;
-    config.rms_norm_eps = 1e-5f;
-    config.tie_word_embeddings = true;
     RandomModelOptions options;
     options.init_std = static_cast<float>(absl::GetFlag(FLAGS_init_std));
     RETURN_IF_ERROR(WriteRandomModel(config, options, dir));

@@ -1,6 +1,7 @@
 // The real binaries on loopback: treespec-drafter + treespec-verifier with the shipped tiny
 // pair. Concurrent streaming clients, a drafter killed mid-run, client cancel, SIGTERM, and
 // start-up failures on missing or corrupt model directories.
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 
 #include <filesystem>
@@ -8,10 +9,9 @@
 #include <memory>
 #include <thread>
 
-#include <grpcpp/grpcpp.h>
-
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/generate_client.h"
 #include "tests/process.h"
 #include "treespec/v1/generation.grpc.pb.h"
 
@@ -19,8 +19,11 @@ namespace treespec {
 namespace {
 
 namespace fs = std::filesystem;
-using ::testing::HasSubstr;
 using testing::ChildProcess;
+using testing::CodePrompts;
+using ::testing::HasSubstr;
+using testing::Outcome;
+using testing::TextRequest;
 
 const std::string kRoot = TREESPEC_SOURCE_DIR;
 const std::string kBin = TREESPEC_BIN_DIR;
@@ -30,30 +33,9 @@ std::string TempDir() {
   return mkdtemp(pattern);
 }
 
-struct Outcome {
-  grpc::Status status;
-  std::vector<int32_t> ids;
-  v1::GenerateResponse last;
-};
-
 Outcome Generate(v1::Generation::Stub* stub, const std::string& text, v1::SpeculationMode mode,
                  int max_new) {
-  v1::GenerateRequest r;
-  r.set_text(text);
-  r.mutable_sampling()->set_max_new_tokens(max_new);
-  r.mutable_sampling()->set_ignore_eos(true);
-  r.mutable_speculation()->set_mode(mode);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(300));
-  auto reader = stub->Generate(&ctx, r);
-  Outcome out;
-  v1::GenerateResponse resp;
-  while (reader->Read(&resp)) {
-    out.ids.insert(out.ids.end(), resp.token_ids().begin(), resp.token_ids().end());
-    out.last = resp;
-  }
-  out.status = reader->Finish();
-  return out;
+  return testing::Generate(stub, TextRequest(text, mode, max_new));
 }
 
 class E2eTest : public ::testing::Test {
@@ -88,26 +70,19 @@ class E2eTest : public ::testing::Test {
   std::unique_ptr<v1::Generation::Stub> stub_;
 };
 
-const char* kPrompts[] = {
-    "import os\nimport sys\n\n\ndef main(argv):\n    ",
-    "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, x):\n",
-    "for i in range(10):\n    if i % 2 == 0:\n        print(",
-    "def read_config(path):\n    with open(path) as f:\n        return json.",
-    "    def __repr__(self):\n        return '%s(%r)' % (self.__class__.__name__, ",
-    "try:\n    import threading\nexcept ImportError:\n    ",
-};
+const std::vector<std::string>& kPrompts = CodePrompts();
 
 TEST_F(E2eTest, ConcurrentStreamingClientsGetPlainDecodingOutput) {
-  std::vector<Outcome> plain, spec(std::size(kPrompts));
-  for (const char* p : kPrompts) plain.push_back(Generate(stub_.get(), p, v1::SPECULATION_MODE_OFF, 48));
+  std::vector<Outcome> plain, spec(kPrompts.size());
+  for (const std::string& p : kPrompts)
+    plain.push_back(Generate(stub_.get(), p, v1::SPECULATION_MODE_OFF, 48));
   std::vector<std::thread> clients;
-  for (size_t i = 0; i < std::size(kPrompts); ++i) {
-    clients.emplace_back([&, i] {
-      spec[i] = Generate(stub_.get(), kPrompts[i], v1::SPECULATION_MODE_AUTO, 48);
-    });
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    clients.emplace_back(
+        [&, i] { spec[i] = Generate(stub_.get(), kPrompts[i], v1::SPECULATION_MODE_AUTO, 48); });
   }
   for (auto& t : clients) t.join();
-  for (size_t i = 0; i < std::size(kPrompts); ++i) {
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
     ASSERT_TRUE(spec[i].status.ok()) << spec[i].status.error_message();
     EXPECT_EQ(spec[i].ids, plain[i].ids) << "prompt " << i;
     EXPECT_EQ(spec[i].ids.size(), 48u);
@@ -119,7 +94,8 @@ TEST_F(E2eTest, DrafterKilledMidRunChangesNoOutput) {
   const Outcome plain = Generate(stub_.get(), kPrompts[1], v1::SPECULATION_MODE_OFF, 200);
   ASSERT_TRUE(plain.status.ok());
   Outcome spec;
-  std::thread client([&] { spec = Generate(stub_.get(), kPrompts[1], v1::SPECULATION_MODE_AUTO, 200); });
+  std::thread client(
+      [&] { spec = Generate(stub_.get(), kPrompts[1], v1::SPECULATION_MODE_AUTO, 200); });
   std::this_thread::sleep_for(std::chrono::milliseconds(150));
   drafter_->Signal(SIGKILL);
   client.join();

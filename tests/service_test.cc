@@ -14,6 +14,7 @@
 #include "drafter_service/ngram_drafter.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/generate_client.h"
 #include "treespec/v1/generation.grpc.pb.h"
 #include "verifier_service/drafter_client.h"
 #include "verifier_service/engine.h"
@@ -22,7 +23,11 @@
 namespace treespec {
 namespace {
 
+using testing::CodePrompts;
+using testing::Generate;
 using ::testing::HasSubstr;
+using testing::Outcome;
+using testing::TextRequest;
 
 const std::string kRoot = TREESPEC_SOURCE_DIR;
 
@@ -72,8 +77,8 @@ class ServiceTest : public ::testing::Test {
     ServiceInfo info;
     info.model_name = "tiny-target";
     info.device = "cpu";
-    service_ = std::make_unique<GenerationService>(engine_.get(), model_.get(), tokenizer_.get(),
-                                                   info);
+    service_ =
+        std::make_unique<GenerationService>(engine_.get(), model_.get(), tokenizer_.get(), info);
     grpc::EnableDefaultHealthCheckService(true);
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
@@ -89,39 +94,6 @@ class ServiceTest : public ::testing::Test {
     if (server_) server_->Shutdown(std::chrono::system_clock::now());
     if (engine_) engine_->Shutdown();
     if (drafter_.server) drafter_.server->Shutdown(std::chrono::system_clock::now());
-  }
-
-  struct Outcome {
-    grpc::Status status;
-    std::vector<int32_t> ids;
-    std::string text;
-    v1::GenerateResponse last;
-  };
-
-  Outcome Generate(const v1::GenerateRequest& request) {
-    Outcome out;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
-    auto reader = stub_->Generate(&ctx, request);
-    v1::GenerateResponse r;
-    while (reader->Read(&r)) {
-      out.ids.insert(out.ids.end(), r.token_ids().begin(), r.token_ids().end());
-      out.text += r.text();
-      out.last = r;
-    }
-    out.status = reader->Finish();
-    return out;
-  }
-
-  static v1::GenerateRequest TextRequest(const std::string& text, v1::SpeculationMode mode,
-                                         int max_new = 40) {
-    v1::GenerateRequest r;
-    r.set_text(text);
-    r.set_return_text(true);
-    r.mutable_sampling()->set_max_new_tokens(max_new);
-    r.mutable_sampling()->set_ignore_eos(true);
-    r.mutable_speculation()->set_mode(mode);
-    return r;
   }
 
   v1::ModelInfo Info() {
@@ -143,36 +115,33 @@ class ServiceTest : public ::testing::Test {
   std::unique_ptr<v1::Generation::Stub> stub_;
 };
 
-const char* kPrompts[] = {
-    "import os\nimport sys\n\n\ndef main(argv):\n    ",
-    "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, x):\n",
-    "for i in range(10):\n    if i % 2 == 0:\n        print(",
-    "def read_config(path):\n    with open(path) as f:\n        return json.",
-};
+// The first four code prompts.
+const std::vector<std::string> kPrompts(CodePrompts().begin(), CodePrompts().begin() + 4);
 
 TEST_F(ServiceTest, ConcurrentStreamsMatchPlainDecoding) {
   std::vector<Outcome> plain;
-  for (const char* p : kPrompts) {
-    plain.push_back(Generate(TextRequest(p, v1::SPECULATION_MODE_OFF)));
+  for (const std::string& p : kPrompts) {
+    plain.push_back(Generate(stub_.get(), TextRequest(p, v1::SPECULATION_MODE_OFF, 40)));
     ASSERT_TRUE(plain.back().status.ok()) << plain.back().status.error_message();
     ASSERT_EQ(plain.back().ids.size(), 40u);
   }
   const v1::SpeculationMode modes[] = {v1::SPECULATION_MODE_AUTO, v1::SPECULATION_MODE_NGRAM,
                                        v1::SPECULATION_MODE_DRAFT_MODEL};
-  std::vector<Outcome> spec(std::size(kPrompts) * std::size(modes));
+  std::vector<Outcome> spec(kPrompts.size() * std::size(modes));
   std::vector<std::thread> clients;
   for (size_t m = 0; m < std::size(modes); ++m) {
-    for (size_t i = 0; i < std::size(kPrompts); ++i) {
+    for (size_t i = 0; i < kPrompts.size(); ++i) {
       clients.emplace_back([&, m, i] {
-        spec[m * std::size(kPrompts) + i] = Generate(TextRequest(kPrompts[i], modes[m]));
+        spec[m * kPrompts.size() + i] =
+            Generate(stub_.get(), TextRequest(kPrompts[i], modes[m], 40));
       });
     }
   }
   for (auto& t : clients) t.join();
   double accepted = 0, steps = 0;
   for (size_t m = 0; m < std::size(modes); ++m) {
-    for (size_t i = 0; i < std::size(kPrompts); ++i) {
-      const Outcome& o = spec[m * std::size(kPrompts) + i];
+    for (size_t i = 0; i < kPrompts.size(); ++i) {
+      const Outcome& o = spec[m * kPrompts.size() + i];
       ASSERT_TRUE(o.status.ok()) << o.status.error_message();
       EXPECT_EQ(o.ids, plain[i].ids) << "mode " << modes[m] << " prompt " << i;
       EXPECT_EQ(o.text, plain[i].text);
@@ -198,7 +167,10 @@ TEST_F(ServiceTest, BadInputGetsActionableStatusAndServerKeepsServing) {
       {"empty prompt", [](auto& r) { r.set_text(""); }, grpc::INVALID_ARGUMENT, "prompt is empty"},
       {"no prompt", [](auto& r) { r.clear_prompt(); }, grpc::INVALID_ARGUMENT, "prompt is empty"},
       {"id out of range",
-       [](auto& r) { r.mutable_token_ids()->add_ids(5); r.mutable_token_ids()->add_ids(91234); },
+       [](auto& r) {
+         r.mutable_token_ids()->add_ids(5);
+         r.mutable_token_ids()->add_ids(91234);
+       },
        grpc::INVALID_ARGUMENT, "91234 at index 1 is out of range [0, 4096)"},
       {"invalid utf-8", [](auto& r) { r.set_text(std::string("ab\xff\xfe", 4)); },
        grpc::INVALID_ARGUMENT, "UTF-8"},
@@ -218,8 +190,8 @@ TEST_F(ServiceTest, BadInputGetsActionableStatusAndServerKeepsServing) {
        grpc::INVALID_ARGUMENT, "temperature must be a finite number >= 0"},
       {"top_p 0", [](auto& r) { r.mutable_sampling()->set_top_p(0.0f); }, grpc::INVALID_ARGUMENT,
        "top_p must be in (0, 1]"},
-      {"top_p > 1", [](auto& r) { r.mutable_sampling()->set_top_p(1.5f); },
-       grpc::INVALID_ARGUMENT, "top_p must be in (0, 1]"},
+      {"top_p > 1", [](auto& r) { r.mutable_sampling()->set_top_p(1.5f); }, grpc::INVALID_ARGUMENT,
+       "top_p must be in (0, 1]"},
       {"unknown mode",
        [](auto& r) { r.mutable_speculation()->set_mode(static_cast<v1::SpeculationMode>(42)); },
        grpc::INVALID_ARGUMENT, "speculation.mode 42 is not a known mode"},
@@ -231,12 +203,13 @@ TEST_F(ServiceTest, BadInputGetsActionableStatusAndServerKeepsServing) {
   for (const Case& c : cases) {
     v1::GenerateRequest r = TextRequest("def f(x):\n    return", v1::SPECULATION_MODE_AUTO, 8);
     c.edit(r);
-    Outcome o = Generate(r);
+    Outcome o = Generate(stub_.get(), r);
     EXPECT_EQ(o.status.error_code(), c.code) << c.name << ": " << o.status.error_message();
     EXPECT_THAT(o.status.error_message(), HasSubstr(c.message)) << c.name;
     EXPECT_TRUE(o.ids.empty()) << c.name;
   }
-  Outcome good = Generate(TextRequest("def f(x):\n    return", v1::SPECULATION_MODE_AUTO, 8));
+  Outcome good =
+      Generate(stub_.get(), TextRequest("def f(x):\n    return", v1::SPECULATION_MODE_AUTO, 8));
   EXPECT_TRUE(good.status.ok()) << good.status.error_message();
   EXPECT_EQ(good.ids.size(), 8u);
 }
@@ -266,17 +239,18 @@ TEST_F(ServiceTest, ClientCancelFreesKvPages) {
 
 TEST_F(ServiceTest, DrafterGoingAwayChangesNoOutput) {
   const v1::GenerateRequest request = TextRequest(kPrompts[1], v1::SPECULATION_MODE_AUTO, 120);
-  const Outcome plain = Generate(TextRequest(kPrompts[1], v1::SPECULATION_MODE_OFF, 120));
+  const Outcome plain =
+      Generate(stub_.get(), TextRequest(kPrompts[1], v1::SPECULATION_MODE_OFF, 120));
   ASSERT_TRUE(plain.status.ok());
   Outcome spec;
-  std::thread client([&] { spec = Generate(request); });
+  std::thread client([&] { spec = Generate(stub_.get(), request); });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   drafter_.server->Shutdown(std::chrono::system_clock::now());  // cancels live sessions
   client.join();
   ASSERT_TRUE(spec.status.ok()) << spec.status.error_message();
   EXPECT_EQ(spec.ids, plain.ids);
   // New requests still work with no drafter at all.
-  Outcome after = Generate(request);
+  Outcome after = Generate(stub_.get(), request);
   ASSERT_TRUE(after.status.ok());
   EXPECT_EQ(after.ids, plain.ids);
 }

@@ -1,12 +1,12 @@
 #include "verifier_service/drafter_client.h"
 
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
 #include <deque>
 #include <mutex>
 #include <optional>
 #include <utility>
-
-#include <grpcpp/create_channel.h>
-#include <grpcpp/security/credentials.h>
 
 #include "common/util/log.h"
 
@@ -16,10 +16,14 @@ namespace {
 
 v1::SpeculationMode ToProtoMode(SpecMode mode) {
   switch (mode) {
-    case SpecMode::kOff: return v1::SPECULATION_MODE_OFF;
-    case SpecMode::kAuto: return v1::SPECULATION_MODE_AUTO;
-    case SpecMode::kNgram: return v1::SPECULATION_MODE_NGRAM;
-    case SpecMode::kDraftModel: return v1::SPECULATION_MODE_DRAFT_MODEL;
+    case SpecMode::kOff:
+      return v1::SPECULATION_MODE_OFF;
+    case SpecMode::kAuto:
+      return v1::SPECULATION_MODE_AUTO;
+    case SpecMode::kNgram:
+      return v1::SPECULATION_MODE_NGRAM;
+    case SpecMode::kDraftModel:
+      return v1::SPECULATION_MODE_DRAFT_MODEL;
   }
   return v1::SPECULATION_MODE_AUTO;
 }

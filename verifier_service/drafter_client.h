@@ -3,10 +3,10 @@
 #ifndef TREESPEC_VERIFIER_SERVICE_DRAFTER_CLIENT_H_
 #define TREESPEC_VERIFIER_SERVICE_DRAFTER_CLIENT_H_
 
+#include <grpcpp/channel.h>
+
 #include <memory>
 #include <string>
-
-#include <grpcpp/channel.h>
 
 #include "treespec/v1/drafter.grpc.pb.h"
 #include "verifier_service/draft_source.h"

@@ -17,18 +17,18 @@ struct Engine::Active {
   GenerationRequest request;
   std::shared_ptr<RequestSink> sink;
   std::unique_ptr<OutputProcessor> output;
-  std::unique_ptr<DraftStream> draft;   // null: no speculation for this request
+  std::unique_ptr<DraftStream> draft;  // null: no speculation for this request
   SeqId seq = 0;
-  int committed_len = 0;                // L: tokens whose K/V are in the cache
-  int32_t bonus = -1;                   // the target's last choice, not yet in the cache
+  int committed_len = 0;  // L: tokens whose K/V are in the cache
+  int32_t bonus = -1;     // the target's last choice, not yet in the cache
   bool prefilled = false;
-  int64_t step = 0;                     // step of the last commit sent to the drafter
+  int64_t step = 0;  // step of the last commit sent to the drafter
   absl::Time commit_sent;
-  int timeouts = 0;                     // consecutive steps without a draft in time
-  std::optional<DraftedTree> tree;      // the draft for `step`, once taken
+  int timeouts = 0;                 // consecutive steps without a draft in time
+  std::optional<DraftedTree> tree;  // the draft for `step`, once taken
   SpecStats stats;
   absl::Time start;
-  int pages = 0;                        // worst-case KV pages promised at admission
+  int pages = 0;  // worst-case KV pages promised at admission
   bool done = false;
 };
 
@@ -36,13 +36,20 @@ namespace {
 
 std::string FinishReasonName(FinishReason r) {
   switch (r) {
-    case FinishReason::kNone: return "none";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kEos: return "eos";
-    case FinishReason::kStopToken: return "stop_token";
-    case FinishReason::kStopString: return "stop_string";
-    case FinishReason::kContext: return "context";
-    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kNone:
+      return "none";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kEos:
+      return "eos";
+    case FinishReason::kStopToken:
+      return "stop_token";
+    case FinishReason::kStopString:
+      return "stop_string";
+    case FinishReason::kContext:
+      return "context";
+    case FinishReason::kCancelled:
+      return "cancelled";
   }
   return "?";
 }
@@ -90,14 +97,14 @@ absl::Status Engine::Validate(GenerationRequest& r) const {
   }
   if (r.max_new_tokens.has_value()) {
     if (*r.max_new_tokens <= 0) {
-      return InvalidArgument(absl::StrCat("sampling.max_new_tokens must be > 0 (got ",
-                                          *r.max_new_tokens, ")"));
+      return InvalidArgument(
+          absl::StrCat("sampling.max_new_tokens must be > 0 (got ", *r.max_new_tokens, ")"));
     }
     if (prompt_len + *r.max_new_tokens > context) {
-      return InvalidArgument(absl::StrCat(
-          "prompt (", prompt_len, " tokens) + sampling.max_new_tokens (", *r.max_new_tokens,
-          ") exceeds the context length ", context, "; set max_new_tokens <= ",
-          context - prompt_len));
+      return InvalidArgument(absl::StrCat("prompt (", prompt_len,
+                                          " tokens) + sampling.max_new_tokens (", *r.max_new_tokens,
+                                          ") exceeds the context length ", context,
+                                          "; set max_new_tokens <= ", context - prompt_len));
     }
   } else {
     r.max_new_tokens = std::min(options_.default_max_new_tokens, context - prompt_len);
@@ -109,8 +116,7 @@ absl::Status Engine::Validate(GenerationRequest& r) const {
   }
   if (r.top_p.has_value()) {
     if (!(*r.top_p > 0.0f && *r.top_p <= 1.0f)) {
-      return InvalidArgument(
-          absl::StrCat("sampling.top_p must be in (0, 1] (got ", *r.top_p, ")"));
+      return InvalidArgument(absl::StrCat("sampling.top_p must be in (0, 1] (got ", *r.top_p, ")"));
     }
   } else {
     r.top_p = 1.0f;
@@ -122,8 +128,8 @@ absl::Status Engine::Validate(GenerationRequest& r) const {
   }
   for (int32_t id : r.stop_token_ids) {
     if (id < 0 || id >= vocab) {
-      return InvalidArgument(absl::StrCat("sampling.stop_token_ids: id ", id,
-                                          " is out of range [0, ", vocab, ")"));
+      return InvalidArgument(
+          absl::StrCat("sampling.stop_token_ids: id ", id, " is out of range [0, ", vocab, ")"));
     }
   }
   for (const std::string& s : r.stop_strings) {
@@ -145,8 +151,7 @@ absl::Status Engine::Validate(GenerationRequest& r) const {
   if (r.max_depth.has_value()) {
     if (*r.max_depth < 1 || *r.max_depth > options_.max_depth_limit) {
       return InvalidArgument(absl::StrCat("speculation.max_depth must be in [1, ",
-                                          options_.max_depth_limit, "] (got ", *r.max_depth,
-                                          ")"));
+                                          options_.max_depth_limit, "] (got ", *r.max_depth, ")"));
     }
   } else {
     r.max_depth = options_.default_max_depth;
@@ -177,8 +182,8 @@ absl::StatusOr<uint64_t> Engine::Submit(GenerationRequest request,
   std::lock_guard<std::mutex> lock(mu_);
   if (shutdown_) return absl::UnavailableError("the server is shutting down; retry elsewhere");
   if (static_cast<int>(queue_.size()) >= options_.max_queue) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the request queue is full (", options_.max_queue, " waiting); retry later"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the request queue is full (", options_.max_queue, " waiting); retry later"));
   }
   active->handle = next_handle_++;
   const uint64_t handle = active->handle;
@@ -286,8 +291,8 @@ void Engine::Admit() {
       if (queue_.empty()) break;
       const GenerationRequest& r = queue_.front()->request;
       // Worst case: whole prompt + output + the largest tree this request may verify.
-      const int need = PagesFor(static_cast<int>(r.prompt.size()) + *r.max_new_tokens +
-                                *r.tree_budget + 1);
+      const int need =
+          PagesFor(static_cast<int>(r.prompt.size()) + *r.max_new_tokens + *r.tree_budget + 1);
       if (pages_promised_ + need > total_pages) break;  // waits for pages to free up
       a = std::move(queue_.front());
       queue_.pop_front();
@@ -296,8 +301,8 @@ void Engine::Admit() {
       running_count_ = static_cast<int>(running_.size()) + 1;
     }
     a->seq = model_->CreateSequence();
-    a->output = std::make_unique<OutputProcessor>(a->request, tokenizer_,
-                                                  model_->config().eos_token_ids);
+    a->output =
+        std::make_unique<OutputProcessor>(a->request, tokenizer_, model_->config().eos_token_ids);
     if (a->request.spec_mode != SpecMode::kOff && drafts_ != nullptr) {
       DraftOpenParams open;
       open.request_id = a->request.id;
@@ -331,9 +336,8 @@ void Engine::WaitForDrafts() {
     }
     if (deadline <= now) break;
     const int64_t seen = draft_events_;
-    cv_.wait_for(lock, absl::ToChronoNanoseconds(deadline - now), [&] {
-      return shutdown_ || draft_events_ != seen || !cancelled_.empty();
-    });
+    cv_.wait_for(lock, absl::ToChronoNanoseconds(deadline - now),
+                 [&] { return shutdown_ || draft_events_ != seen || !cancelled_.empty(); });
   }
 }
 
@@ -359,12 +363,13 @@ void Engine::Step() {
         if (valid.ok()) {
           drafted = std::move(*a->tree);
         } else if (a->stats.bad_trees++ == 0) {
-          TS_LOG(kWarning, "request %s step %d: dropping bad draft tree: %s (further ones for "
-                 "this request are counted, not logged)", a->request.id, a->step,
-                 std::string(valid.message()));
+          TS_LOG(kWarning,
+                 "request %s step %d: dropping bad draft tree: %s (further ones for "
+                 "this request are counted, not logged)",
+                 a->request.id, a->step, std::string(valid.message()));
         } else {
-          TS_LOG(kDebug, "request %s step %d: dropping bad draft tree: %s", a->request.id,
-                 a->step, std::string(valid.message()));
+          TS_LOG(kDebug, "request %s step %d: dropping bad draft tree: %s", a->request.id, a->step,
+                 std::string(valid.message()));
         }
         a->timeouts = 0;
       } else if (a->draft != nullptr) {
@@ -393,8 +398,8 @@ void Engine::Step() {
     for (auto& a : running_) {
       GenerationUpdate update;
       update.finished = true;
-      update.status = absl::InternalError(
-          absl::StrCat("verify step failed: ", logits.status().message()));
+      update.status =
+          absl::InternalError(absl::StrCat("verify step failed: ", logits.status().message()));
       Finish(*a, std::move(update));
     }
     return;

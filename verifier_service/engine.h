@@ -24,16 +24,16 @@
 namespace treespec {
 
 struct EngineOptions {
-  int max_batch = 16;              // requests verified together in one forward
-  int max_queue = 1024;            // waiting requests beyond this are refused
+  int max_batch = 16;    // requests verified together in one forward
+  int max_queue = 1024;  // waiting requests beyond this are refused
   int default_tree_budget = 16;
   int default_max_depth = 8;
   int max_tree_budget = 256;
   int max_depth_limit = 64;
   int default_max_new_tokens = 256;
-  int context_length = 0;          // 0: the model's max_position_embeddings
+  int context_length = 0;                                 // 0: the model's max_position_embeddings
   absl::Duration draft_timeout = absl::Milliseconds(50);  // per-step wait for a draft
-  int max_consecutive_timeouts = 3;  // then stop waiting for that session
+  int max_consecutive_timeouts = 3;                       // then stop waiting for that session
 };
 
 // Receives a request's updates, on the engine thread. Must not block.
@@ -54,8 +54,7 @@ struct EngineSnapshot {
 class Engine {
  public:
   // `tokenizer` may be null (ids only); `drafts` may be null (no speculation).
-  Engine(CausalLm* model, const Tokenizer* tokenizer, DraftSource* drafts,
-         EngineOptions options);
+  Engine(CausalLm* model, const Tokenizer* tokenizer, DraftSource* drafts, EngineOptions options);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -96,16 +95,16 @@ class Engine {
   EngineOptions options_;
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;          // new work, cancels, arrived drafts, shutdown
+  std::condition_variable cv_;  // new work, cancels, arrived drafts, shutdown
   std::deque<std::unique_ptr<Active>> queue_;
   absl::flat_hash_set<uint64_t> cancelled_;
   uint64_t next_handle_ = 1;
   bool shutdown_ = false;
-  int running_count_ = 0;               // mirror of running_.size() for Snapshot
-  int64_t draft_events_ = 0;            // bumped on every arrival, so waits can't miss one
+  int running_count_ = 0;     // mirror of running_.size() for Snapshot
+  int64_t draft_events_ = 0;  // bumped on every arrival, so waits can't miss one
 
   std::vector<std::unique_ptr<Active>> running_;  // engine thread only
-  int pages_promised_ = 0;              // worst-case pages of running requests (engine thread)
+  int pages_promised_ = 0;  // worst-case pages of running requests (engine thread)
   std::thread thread_;
 };
 

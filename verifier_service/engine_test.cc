@@ -154,9 +154,8 @@ TEST_F(EngineTest, BatchEqualsRequestsAlone) {
   LocalDraftSource drafts(&factory);
   std::vector<GenerationRequest> requests;
   for (int i = 0; i < 5; ++i) {
-    GenerationRequest r = Request(Prompt(10 + i, 20 + 7 * i), i % 2 ? SpecMode::kNgram
-                                                                      : SpecMode::kOff,
-                                  30 + 5 * i);
+    GenerationRequest r =
+        Request(Prompt(10 + i, 20 + 7 * i), i % 2 ? SpecMode::kNgram : SpecMode::kOff, 30 + 5 * i);
     r.sampling.temperature = i == 4 ? 0.9f : 0.0f;
     r.sampling.seed = i;
     requests.push_back(r);
@@ -208,11 +207,22 @@ TEST_F(EngineTest, GarbageDraftsFailOpen) {
   ScriptedDraftSource drafts([](int64_t step) -> std::optional<DraftedTree> {
     DraftedTree t;
     switch (step % 4) {
-      case 0: t.tokens = {5, 6}; t.parents = {1, -1}; break;       // parent after child
-      case 1: t.tokens = {100000}; t.parents = {-1}; break;        // id out of range
-      case 2: t.tokens.assign(500, 7); t.parents.assign(500, -1); break;  // over budget
-      case 3: t.tokens = {4, 4, 4, 4, 4, 4, 4, 4, 4, 4};           // deeper than max_depth
-              t.parents = {-1, 0, 1, 2, 3, 4, 5, 6, 7, 8}; break;
+      case 0:
+        t.tokens = {5, 6};
+        t.parents = {1, -1};
+        break;  // parent after child
+      case 1:
+        t.tokens = {100000};
+        t.parents = {-1};
+        break;  // id out of range
+      case 2:
+        t.tokens.assign(500, 7);
+        t.parents.assign(500, -1);
+        break;  // over budget
+      case 3:
+        t.tokens = {4, 4, 4, 4, 4, 4, 4, 4, 4, 4};  // deeper than max_depth
+        t.parents = {-1, 0, 1, 2, 3, 4, 5, 6, 7, 8};
+        break;
     }
     return t;
   });
@@ -255,8 +265,8 @@ TEST_F(EngineTest, ValidationNamesTheField) {
   check(Request({}, SpecMode::kOff), absl::StatusCode::kInvalidArgument, "prompt is empty");
   check(Request({5, 512}, SpecMode::kOff), absl::StatusCode::kInvalidArgument,
         "512 at index 1 is out of range [0, 512)");
-  check(Request(std::vector<int32_t>(512, 5), SpecMode::kOff),
-        absl::StatusCode::kInvalidArgument, "context length is 512");
+  check(Request(std::vector<int32_t>(512, 5), SpecMode::kOff), absl::StatusCode::kInvalidArgument,
+        "context length is 512");
   GenerationRequest r = ok;
   r.max_new_tokens = 0;
   check(r, absl::StatusCode::kInvalidArgument, "max_new_tokens must be > 0");

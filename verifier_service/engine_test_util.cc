@@ -4,23 +4,14 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "common/model/cpu_test_util.h"
 #include "common/model/random_model.h"
 
 namespace treespec::testing {
 
 ModelConfig SmallConfig() {
-  ModelConfig c;
-  c.architecture = "LlamaForCausalLM";
-  c.vocab_size = 512;
-  c.hidden_size = 64;
-  c.intermediate_size = 128;
-  c.num_layers = 2;
-  c.num_q_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 16;
+  ModelConfig c = SmallLlamaConfig();
   c.max_position_embeddings = 512;
-  c.rms_norm_eps = 1e-5f;
-  c.rope_theta = 10000.0f;
   c.tie_word_embeddings = false;
   c.bos_token_id = 1;
   c.eos_token_ids = {2};
@@ -68,23 +59,9 @@ int RecordingSink::updates() const {
 
 namespace {
 
-class LocalDraftStream final : public DraftStream {
+// Holds the tree answering the latest commit until the engine takes it.
+class MailboxDraftStream : public DraftStream {
  public:
-  LocalDraftStream(std::unique_ptr<DraftSession> session, DraftLimits limits)
-      : session_(std::move(session)), limits_(limits) {}
-  void Commit(int64_t step, std::vector<int32_t> tokens) override {
-    if (!session_->Append(tokens).ok()) {
-      broken_ = true;
-      return;
-    }
-    absl::StatusOr<DraftedTree> tree = session_->Draft(limits_);
-    if (!tree.ok()) {
-      broken_ = true;
-      return;
-    }
-    tree_ = *std::move(tree);
-    step_ = step;
-  }
   std::optional<DraftedTree> TakeTree(int64_t step) override {
     if (!tree_.has_value() || step_ != step) return std::nullopt;
     std::optional<DraftedTree> out = std::move(tree_);
@@ -93,33 +70,45 @@ class LocalDraftStream final : public DraftStream {
   }
   bool broken() const override { return broken_; }
 
+ protected:
+  void Deliver(int64_t step, std::optional<DraftedTree> tree) {
+    tree_ = std::move(tree);
+    step_ = step;
+  }
+  bool broken_ = false;
+
+ private:
+  std::optional<DraftedTree> tree_;
+  int64_t step_ = -1;
+};
+
+class LocalDraftStream final : public MailboxDraftStream {
+ public:
+  LocalDraftStream(std::unique_ptr<DraftSession> session, DraftLimits limits)
+      : session_(std::move(session)), limits_(limits) {}
+  void Commit(int64_t step, std::vector<int32_t> tokens) override {
+    absl::StatusOr<DraftedTree> tree =
+        session_->Append(tokens).ok() ? session_->Draft(limits_)
+                                      : absl::StatusOr<DraftedTree>(absl::InternalError("append"));
+    if (!tree.ok()) {
+      broken_ = true;
+      return;
+    }
+    Deliver(step, *std::move(tree));
+  }
+
  private:
   std::unique_ptr<DraftSession> session_;
   DraftLimits limits_;
-  std::optional<DraftedTree> tree_;
-  int64_t step_ = -1;
-  bool broken_ = false;
 };
 
-class ScriptedDraftStream final : public DraftStream {
+class ScriptedDraftStream final : public MailboxDraftStream {
  public:
   explicit ScriptedDraftStream(ScriptedDraftSource::TreeFn fn) : fn_(std::move(fn)) {}
-  void Commit(int64_t step, std::vector<int32_t>) override {
-    tree_ = fn_(step);
-    step_ = step;
-  }
-  std::optional<DraftedTree> TakeTree(int64_t step) override {
-    if (!tree_.has_value() || step_ != step) return std::nullopt;
-    std::optional<DraftedTree> out = std::move(tree_);
-    tree_.reset();
-    return out;
-  }
-  bool broken() const override { return false; }
+  void Commit(int64_t step, std::vector<int32_t>) override { Deliver(step, fn_(step)); }
 
  private:
   ScriptedDraftSource::TreeFn fn_;
-  std::optional<DraftedTree> tree_;
-  int64_t step_ = -1;
 };
 
 }  // namespace

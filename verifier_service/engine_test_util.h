@@ -18,7 +18,7 @@
 
 namespace treespec::testing {
 
-// A small Llama-style config: vocab 512, hidden 64, 2 layers, 4 q / 2 kv heads, context 512.
+// SmallLlamaConfig (vocab 512, 2 layers) untied, with context 512, BOS 1 and EOS 2.
 ModelConfig SmallConfig();
 
 // Writes a random model for `config` into a fresh temp directory and returns its path.

@@ -39,7 +39,7 @@ class Outbox final : public RequestSink {
   std::string request_id_;
   std::deque<v1::GenerateResponse> queue_;  // front() is in flight while writing_
   bool writing_ = false;
-  bool last_queued_ = false;   // the final update has been queued
+  bool last_queued_ = false;  // the final update has been queued
   bool cancelled_ = false;
   bool finish_called_ = false;
   grpc::Status final_status_;

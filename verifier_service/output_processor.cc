@@ -15,11 +15,9 @@ size_t Utf8BoundaryAtOrBefore(const std::string& text, size_t len) {
 
 OutputProcessor::OutputProcessor(const GenerationRequest& request, const Tokenizer* tokenizer,
                                  std::vector<int32_t> eos_ids)
-    : request_(request),
-      tokenizer_(tokenizer),
-      eos_ids_(std::move(eos_ids)),
-      decoder_(tokenizer) {
-  for (const std::string& s : request_.stop_strings) max_stop_len_ = std::max(max_stop_len_, s.size());
+    : request_(request), tokenizer_(tokenizer), eos_ids_(std::move(eos_ids)), decoder_(tokenizer) {
+  for (const std::string& s : request_.stop_strings)
+    max_stop_len_ = std::max(max_stop_len_, s.size());
 }
 
 FinishReason OutputProcessor::StopReasonFor(int32_t token) const {

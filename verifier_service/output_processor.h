@@ -40,8 +40,8 @@ class OutputProcessor {
   std::vector<int32_t> eos_ids_;
   IncrementalDecoder decoder_;
   std::vector<int32_t> generated_;
-  std::string text_;         // all text decoded so far (for stop-string search)
-  size_t text_released_ = 0; // bytes of text_ already streamed
+  std::string text_;          // all text decoded so far (for stop-string search)
+  size_t text_released_ = 0;  // bytes of text_ already streamed
   size_t max_stop_len_ = 0;
   FinishReason finish_reason_ = FinishReason::kNone;
 };

@@ -50,7 +50,8 @@ TEST(OutputProcessorTest, EosAndStopIds) {
 class OutputProcessorTextTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto tok = LoadTokenizer(std::string(TREESPEC_SOURCE_DIR) + "/models/tiny-target/tokenizer.json");
+    auto tok =
+        LoadTokenizer(std::string(TREESPEC_SOURCE_DIR) + "/models/tiny-target/tokenizer.json");
     ASSERT_TRUE(tok.ok()) << tok.status();
     tokenizer_ = *std::move(tok);
   }
@@ -73,9 +74,12 @@ TEST_F(OutputProcessorTextTest, DeltasAreWholeCharacters) {
       if (pending > 0) {
         ASSERT_EQ(c & 0xC0, 0x80);
         --pending;
-      } else if (c >= 0xF0) pending = 3;
-      else if (c >= 0xE0) pending = 2;
-      else if (c >= 0xC0) pending = 1;
+      } else if (c >= 0xF0)
+        pending = 3;
+      else if (c >= 0xE0)
+        pending = 2;
+      else if (c >= 0xC0)
+        pending = 1;
     }
     EXPECT_EQ(pending, 0) << "delta '" << u.text << "' splits a character";
     joined += u.text;

@@ -71,13 +71,20 @@ absl::StatusOr<GenerationRequest> FromProto(const v1::GenerateRequest& proto,
 namespace {
 v1::FinishReason ToProtoReason(FinishReason reason) {
   switch (reason) {
-    case FinishReason::kNone: return v1::FINISH_REASON_UNSPECIFIED;
-    case FinishReason::kLength: return v1::FINISH_REASON_LENGTH;
-    case FinishReason::kEos: return v1::FINISH_REASON_EOS;
-    case FinishReason::kStopToken: return v1::FINISH_REASON_STOP_TOKEN;
-    case FinishReason::kStopString: return v1::FINISH_REASON_STOP_STRING;
-    case FinishReason::kContext: return v1::FINISH_REASON_CONTEXT;
-    case FinishReason::kCancelled: return v1::FINISH_REASON_UNSPECIFIED;
+    case FinishReason::kNone:
+      return v1::FINISH_REASON_UNSPECIFIED;
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kEos:
+      return v1::FINISH_REASON_EOS;
+    case FinishReason::kStopToken:
+      return v1::FINISH_REASON_STOP_TOKEN;
+    case FinishReason::kStopString:
+      return v1::FINISH_REASON_STOP_STRING;
+    case FinishReason::kContext:
+      return v1::FINISH_REASON_CONTEXT;
+    case FinishReason::kCancelled:
+      return v1::FINISH_REASON_UNSPECIFIED;
   }
   return v1::FINISH_REASON_UNSPECIFIED;
 }

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "absl/status/status.h"
-
 #include "common/model/sampling.h"
 
 namespace treespec {
@@ -31,21 +30,21 @@ struct GenerationRequest {
   bool ignore_eos = false;
   bool return_text = false;
   SpecMode spec_mode = SpecMode::kOff;
-  std::optional<int> tree_budget;     // drafted nodes per step (bonus excluded)
+  std::optional<int> tree_budget;  // drafted nodes per step (bonus excluded)
   std::optional<int> max_depth;
 };
 
 struct SpecStats {
-  int64_t steps = 0;                  // verify steps after prefill
+  int64_t steps = 0;  // verify steps after prefill
   int64_t drafted_tokens = 0;
   int64_t accepted_tokens = 0;
-  int64_t fallback_steps = 0;         // steps with no usable draft
-  int64_t bad_trees = 0;              // drafts dropped because they failed validation
+  int64_t fallback_steps = 0;               // steps with no usable draft
+  int64_t bad_trees = 0;                    // drafts dropped because they failed validation
   std::vector<int64_t> accepted_per_depth;  // [d]: steps accepting a token at depth d+1
   std::vector<int64_t> drafted_per_depth;   // [d]: steps whose tree reached depth d+1
-  double draft_wait_ms = 0;           // time this request's steps waited for drafts
-  double forward_ms = 0;              // time in the model forward (prefill included)
-  double host_ms = 0;                 // the rest of its steps (walk, commit, streaming)
+  double draft_wait_ms = 0;                 // time this request's steps waited for drafts
+  double forward_ms = 0;                    // time in the model forward (prefill included)
+  double host_ms = 0;                       // the rest of its steps (walk, commit, streaming)
   double MeanAcceptanceLength() const {
     return steps == 0 ? 0.0 : 1.0 + static_cast<double>(accepted_tokens) / steps;
   }
@@ -53,11 +52,11 @@ struct SpecStats {
 
 // What the engine streams back for a request. The last update has `finished` set.
 struct GenerationUpdate {
-  std::vector<int32_t> token_ids;     // newly emitted tokens
-  std::string text;                   // their text (complete UTF-8 characters only)
+  std::vector<int32_t> token_ids;  // newly emitted tokens
+  std::string text;                // their text (complete UTF-8 characters only)
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
-  absl::Status status;                // not OK: the request failed (finished is set too)
+  absl::Status status;  // not OK: the request failed (finished is set too)
   int prompt_tokens = 0;
   int completion_tokens = 0;
   SpecStats stats;

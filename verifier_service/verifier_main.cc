@@ -1,23 +1,23 @@
 // treespec-verifier: loads the target model, connects to the drafter pool, serves Generation.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/server_builder.h>
+
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <string>
 
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/health_check_service_interface.h>
-#include <grpcpp/server_builder.h>
-
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "common/model/causal_lm.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/log.h"
+#include "common/util/shutdown_signal.h"
 #include "verifier_service/drafter_client.h"
 #include "verifier_service/engine.h"
 #include "verifier_service/generation_service.h"
-#include "common/util/shutdown_signal.h"
 
 ABSL_FLAG(std::string, model, "models/tiny-target", "target model directory (HF format)");
 ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on");
@@ -41,8 +41,7 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   using treespec::LogLevel;
   if (absl::GetFlag(FLAGS_device) != "cpu") {
-    TS_LOG(kError, "--device=%s: only cpu is available in this build",
-           absl::GetFlag(FLAGS_device));
+    TS_LOG(kError, "--device=%s: only cpu is available in this build", absl::GetFlag(FLAGS_device));
     return 2;
   }
   const std::string model_dir = absl::GetFlag(FLAGS_model);
@@ -94,9 +93,9 @@ int main(int argc, char** argv) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(absl::GetFlag(FLAGS_host) + ":" +
-                               std::to_string(absl::GetFlag(FLAGS_port)),
-                           grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(
+      absl::GetFlag(FLAGS_host) + ":" + std::to_string(absl::GetFlag(FLAGS_port)),
+      grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {

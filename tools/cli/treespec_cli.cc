@@ -7,16 +7,16 @@
 //
 // One prompt streams its text as it arrives; a prompts file prints each completion and a
 // summary (tokens/s, mean acceptance length, acceptance per depth), optionally as JSON.
+#include <grpcpp/grpcpp.h>
+
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
-#include <nlohmann/json.hpp>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -66,11 +66,23 @@ struct Result {
 };
 
 std::string StatusCodeName(grpc::StatusCode code) {
-  static const char* kNames[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT",
-                                 "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
-                                 "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-                                 "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL",
-                                 "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+  static const char* kNames[] = {"OK",
+                                 "CANCELLED",
+                                 "UNKNOWN",
+                                 "INVALID_ARGUMENT",
+                                 "DEADLINE_EXCEEDED",
+                                 "NOT_FOUND",
+                                 "ALREADY_EXISTS",
+                                 "PERMISSION_DENIED",
+                                 "RESOURCE_EXHAUSTED",
+                                 "FAILED_PRECONDITION",
+                                 "ABORTED",
+                                 "OUT_OF_RANGE",
+                                 "UNIMPLEMENTED",
+                                 "INTERNAL",
+                                 "UNAVAILABLE",
+                                 "DATA_LOSS",
+                                 "UNAUTHENTICATED"};
   const int c = static_cast<int>(code);
   return c >= 0 && c <= 16 ? kNames[c] : std::to_string(c);
 }
@@ -101,7 +113,8 @@ v1::GenerateRequest BaseRequest(v1::SpeculationMode mode) {
   r.set_return_text(true);
   r.set_add_bos(absl::GetFlag(FLAGS_add_bos));
   v1::SamplingParams* s = r.mutable_sampling();
-  if (absl::GetFlag(FLAGS_max_new_tokens) != 0) s->set_max_new_tokens(absl::GetFlag(FLAGS_max_new_tokens));
+  if (absl::GetFlag(FLAGS_max_new_tokens) != 0)
+    s->set_max_new_tokens(absl::GetFlag(FLAGS_max_new_tokens));
   s->set_temperature(static_cast<float>(absl::GetFlag(FLAGS_temperature)));
   if (absl::GetFlag(FLAGS_top_p) != 0) s->set_top_p(static_cast<float>(absl::GetFlag(FLAGS_top_p)));
   s->set_top_k(absl::GetFlag(FLAGS_top_k));
@@ -113,7 +126,8 @@ v1::GenerateRequest BaseRequest(v1::SpeculationMode mode) {
   for (int32_t id : stop_ids) s->add_stop_token_ids(id);
   v1::SpeculationParams* spec = r.mutable_speculation();
   spec->set_mode(mode);
-  if (absl::GetFlag(FLAGS_tree_budget) != 0) spec->set_tree_budget(absl::GetFlag(FLAGS_tree_budget));
+  if (absl::GetFlag(FLAGS_tree_budget) != 0)
+    spec->set_tree_budget(absl::GetFlag(FLAGS_tree_budget));
   if (absl::GetFlag(FLAGS_max_depth) != 0) spec->set_max_depth(absl::GetFlag(FLAGS_max_depth));
   return r;
 }
@@ -123,8 +137,9 @@ Result RunOne(v1::Generation::Stub* stub, const v1::GenerateRequest& request,
               const std::function<void(const std::string&)>& on_delta) {
   Result result;
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() +
-                   std::chrono::milliseconds(static_cast<int64_t>(absl::GetFlag(FLAGS_timeout_s) * 1e3)));
+  ctx.set_deadline(
+      std::chrono::system_clock::now() +
+      std::chrono::milliseconds(static_cast<int64_t>(absl::GetFlag(FLAGS_timeout_s) * 1e3)));
   const absl::Time start = absl::Now();
   std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = stub->Generate(&ctx, request);
   v1::GenerateResponse response;
@@ -147,10 +162,10 @@ Result RunOne(v1::Generation::Stub* stub, const v1::GenerateRequest& request,
 std::string StatsLine(const v1::GenerateResponse& last, double wall_ms) {
   const v1::SpeculationStats& s = last.speculation();
   const int completion = last.usage().completion_tokens();
-  std::string line = absl::StrFormat(
-      "[%d prompt + %d new tokens, %.1f ms, %.1f tok/s, finish %s", last.usage().prompt_tokens(),
-      completion, wall_ms, wall_ms > 0 ? completion * 1e3 / wall_ms : 0.0,
-      v1::FinishReason_Name(last.finish_reason()));
+  std::string line = absl::StrFormat("[%d prompt + %d new tokens, %.1f ms, %.1f tok/s, finish %s",
+                                     last.usage().prompt_tokens(), completion, wall_ms,
+                                     wall_ms > 0 ? completion * 1e3 / wall_ms : 0.0,
+                                     v1::FinishReason_Name(last.finish_reason()));
   if (s.steps() > 0) {
     std::vector<std::string> per_depth;
     for (int64_t a : s.accepted_per_depth()) {
@@ -253,10 +268,14 @@ int GenerateMany(v1::Generation::Stub* stub, v1::SpeculationMode mode) {
       std::cout << "=== prompt " << i << " " << StatsLine(r.last, r.wall_ms) << "\n"
                 << prompts[i] << "\033[1m" << r.text << "\033[0m\n";
     }
-    requests.push_back({{"prompt_index", i}, {"completion_tokens", r.last.usage().completion_tokens()},
-                        {"wall_ms", r.wall_ms}, {"ttft_ms", r.ttft_ms},
-                        {"steps", s.steps()}, {"accepted_tokens", s.accepted_tokens()},
-                        {"text", r.text}, {"token_ids", r.ids}});
+    requests.push_back({{"prompt_index", i},
+                        {"completion_tokens", r.last.usage().completion_tokens()},
+                        {"wall_ms", r.wall_ms},
+                        {"ttft_ms", r.ttft_ms},
+                        {"steps", s.steps()},
+                        {"accepted_tokens", s.accepted_tokens()},
+                        {"text", r.text},
+                        {"token_ids", r.ids}});
   }
   std::vector<double> depth_rates;
   for (int64_t a : per_depth) depth_rates.push_back(steps > 0 ? static_cast<double>(a) / steps : 0);
@@ -269,20 +288,28 @@ int GenerateMany(v1::Generation::Stub* stub, v1::SpeculationMode mode) {
       prompts.size(), static_cast<long long>(failures), static_cast<long long>(tokens), wall_ms,
       wall_ms > 0 ? tokens * 1e3 / wall_ms : 0.0, static_cast<long long>(steps),
       static_cast<long long>(drafted), static_cast<long long>(accepted), mal,
-      absl::StrJoin(depth_rates, " ", [](std::string* out, double v) {
-        absl::StrAppend(out, absl::StrFormat("%.2f", v));
-      }).c_str(), wait_ms, forward_ms, host_ms);
+      absl::StrJoin(
+          depth_rates, " ",
+          [](std::string* out, double v) { absl::StrAppend(out, absl::StrFormat("%.2f", v)); })
+          .c_str(),
+      wait_ms, forward_ms, host_ms);
   if (!absl::GetFlag(FLAGS_json_out).empty()) {
-    nlohmann::json summary = {{"prompts", prompts.size()}, {"failed", failures},
-                              {"completion_tokens", tokens}, {"wall_ms", wall_ms},
+    nlohmann::json summary = {{"prompts", prompts.size()},
+                              {"failed", failures},
+                              {"completion_tokens", tokens},
+                              {"wall_ms", wall_ms},
                               {"tokens_per_s", wall_ms > 0 ? tokens * 1e3 / wall_ms : 0.0},
-                              {"steps", steps}, {"drafted_tokens", drafted},
-                              {"accepted_tokens", accepted}, {"mean_acceptance_length", mal},
+                              {"steps", steps},
+                              {"drafted_tokens", drafted},
+                              {"accepted_tokens", accepted},
+                              {"mean_acceptance_length", mal},
                               {"acceptance_per_depth", depth_rates},
-                              {"draft_wait_ms", wait_ms}, {"forward_ms", forward_ms},
+                              {"draft_wait_ms", wait_ms},
+                              {"forward_ms", forward_ms},
                               {"host_ms", host_ms},
                               {"concurrency", absl::GetFlag(FLAGS_concurrency)},
-                              {"mode", absl::GetFlag(FLAGS_mode)}, {"requests", requests}};
+                              {"mode", absl::GetFlag(FLAGS_mode)},
+                              {"requests", requests}};
     std::ofstream(absl::GetFlag(FLAGS_json_out)) << summary.dump(1) << "\n";
   }
   return failures == 0 ? 0 : 1;
@@ -300,9 +327,8 @@ int GenerateOne(v1::Generation::Stub* stub, v1::SpeculationMode mode) {
   } else {
     request.set_text(absl::GetFlag(FLAGS_prompt));
   }
-  Result r = RunOne(stub, request, [](const std::string& delta) {
-    std::cout << delta << std::flush;
-  });
+  Result r =
+      RunOne(stub, request, [](const std::string& delta) { std::cout << delta << std::flush; });
   std::cout << "\n";
   if (!r.status.ok()) {
     std::cerr << "error: " << StatusCodeName(r.status.error_code()) << ": "
@@ -326,7 +352,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string command = args[1];
-  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_target), grpc::InsecureChannelCredentials());
+  auto channel =
+      grpc::CreateChannel(absl::GetFlag(FLAGS_target), grpc::InsecureChannelCredentials());
   auto stub = v1::Generation::NewStub(channel);
   if (command == "info") return Info(stub.get());
   if (command != "generate") {
