@@ -177,6 +177,26 @@ TEST_F(EngineTest, BatchEqualsRequestsAlone) {
   }
 }
 
+// The whole loop (prefill, trees, walk, commit) at TP = 2, 3, 7 gives TP = 1's tokens; the
+// model-level test bounds the logit differences (the sums run in another order).
+TEST_F(EngineTest, TensorParallelMatchesSingleRank) {
+  NgramDrafterFactory factory{NgramOptions()};
+  LocalDraftSource drafts(&factory);
+  GenerationRequest r = Request(Prompt(21), SpecMode::kNgram);
+  const std::vector<int32_t> plain = Plain(r);
+  for (int tp : {2, 3, 7}) {
+    LmOptions lm;
+    lm.tensor_parallel = tp;
+    lm.max_batch = 4;
+    auto model = LoadCpuCausalLm(*target_dir_, lm);
+    ASSERT_TRUE(model.ok()) << model.status();
+    Engine engine(model->get(), nullptr, &drafts, EngineOptions());
+    GenerationUpdate spec = RunToEnd(engine, r);
+    ASSERT_TRUE(spec.status.ok()) << spec.status;
+    EXPECT_THAT(spec.token_ids, ElementsAreArray(plain)) << "tp " << tp;
+  }
+}
+
 TEST_F(EngineTest, CancelFreesKvPages) {
   const int total = target_->kv_cache().num_pages();
   Engine engine(target_.get(), nullptr, nullptr, EngineOptions());
