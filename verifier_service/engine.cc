@@ -230,16 +230,19 @@ void Engine::Loop() {
     Admit();
     if (running_.empty()) continue;
     const absl::Time wait_start = absl::Now();
-    WaitForDrafts();
+    std::vector<Active*> ready = WaitForReady();
     const double wait_ms = absl::ToDoubleMilliseconds(absl::Now() - wait_start);
-    for (auto& a : running_) a->stats.draft_wait_ms += wait_ms;
     DropCancelled();
+    ready.erase(std::remove_if(ready.begin(), ready.end(), [](Active* a) { return a->done; }),
+                ready.end());
+    if (ready.empty()) continue;
+    for (Active* a : ready) a->stats.draft_wait_ms += wait_ms;
     const absl::Time step_start = absl::Now();
-    if (!running_.empty()) Step();
-    RemoveFinished();
-    TS_LOG(kDebug, "step: %d requests, draft wait %.2f ms, step %.2f ms",
-           static_cast<int>(running_.size()), wait_ms,
+    Step(ready);
+    TS_LOG(kDebug, "step: %d of %d requests, draft wait %.2f ms, step %.2f ms",
+           static_cast<int>(ready.size()), static_cast<int>(running_.size()), wait_ms,
            absl::ToDoubleMilliseconds(absl::Now() - step_start));
+    RemoveFinished();
   }
   // Shutdown: everything still here ends now.
   std::deque<std::unique_ptr<Active>> queued;
@@ -282,18 +285,23 @@ void Engine::DropCancelled() {
   RemoveFinished();
 }
 
+int Engine::FrontPagesIfAdmissible() const {
+  if (queue_.empty() || static_cast<int>(running_.size()) >= options_.max_batch) return 0;
+  const GenerationRequest& r = queue_.front()->request;
+  // Worst case: whole prompt + output + the largest tree this request may verify.
+  const int need =
+      PagesFor(static_cast<int>(r.prompt.size()) + *r.max_new_tokens + *r.tree_budget + 1);
+  // Otherwise it waits for pages to free up.
+  return pages_promised_ + need <= model_->kv_cache().num_pages() ? need : 0;
+}
+
 void Engine::Admit() {
-  const int total_pages = model_->kv_cache().num_pages();
-  while (static_cast<int>(running_.size()) < options_.max_batch) {
+  while (true) {
     std::unique_ptr<Active> a;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (queue_.empty()) break;
-      const GenerationRequest& r = queue_.front()->request;
-      // Worst case: whole prompt + output + the largest tree this request may verify.
-      const int need =
-          PagesFor(static_cast<int>(r.prompt.size()) + *r.max_new_tokens + *r.tree_budget + 1);
-      if (pages_promised_ + need > total_pages) break;  // waits for pages to free up
+      const int need = FrontPagesIfAdmissible();
+      if (need == 0) break;
       a = std::move(queue_.front());
       queue_.pop_front();
       a->pages = need;
@@ -322,32 +330,50 @@ void Engine::Admit() {
   }
 }
 
-void Engine::WaitForDrafts() {
+std::vector<Engine::Active*> Engine::WaitForReady() {
   std::unique_lock<std::mutex> lock(mu_);
-  while (!shutdown_ && cancelled_.empty()) {
+  std::vector<Active*> ready;
+  while (true) {
     const absl::Time now = absl::Now();
-    absl::Time deadline = absl::InfinitePast();
+    absl::Time next_deadline = absl::InfiniteFuture();
+    ready.clear();
     for (auto& a : running_) {
-      if (!a->prefilled || a->draft == nullptr || a->tree.has_value()) continue;
-      a->tree = a->draft->TakeTree(a->step);
-      if (a->tree.has_value() || a->draft->broken()) continue;
-      if (a->timeouts >= options_.max_consecutive_timeouts) continue;  // don't wait on it
-      deadline = std::max(deadline, a->commit_sent + options_.draft_timeout);
+      if (a->done) continue;
+      if (!a->prefilled || a->draft == nullptr) {
+        ready.push_back(a.get());  // prefill, or no speculation: nothing to wait for
+        continue;
+      }
+      if (!a->tree.has_value()) a->tree = a->draft->TakeTree(a->step);
+      const absl::Time deadline = a->commit_sent + options_.draft_timeout;
+      if (a->tree.has_value() || a->draft->broken() ||
+          a->timeouts >= options_.max_consecutive_timeouts || now >= deadline) {
+        ready.push_back(a.get());  // a tree, or fail open: verify without one
+        continue;
+      }
+      next_deadline = std::min(next_deadline, deadline);
     }
-    if (deadline <= now) break;
+    // Verify once at least half the running set is ready; the others keep being drafted
+    // meanwhile, so the drafter and the verifier work at the same time (DESIGN §2).
+    // A queued request that could be admitted returns early too, so its prefill joins soon.
+    auto admissible = [&] { return FrontPagesIfAdmissible() > 0; };
+    if (shutdown_ || !cancelled_.empty() || admissible() ||
+        (!ready.empty() && 2 * ready.size() >= running_.size())) {
+      return ready;
+    }
     const int64_t seen = draft_events_;
-    cv_.wait_for(lock, absl::ToChronoNanoseconds(deadline - now),
-                 [&] { return shutdown_ || draft_events_ != seen || !cancelled_.empty(); });
+    cv_.wait_for(lock, absl::ToChronoNanoseconds(next_deadline - now), [&] {
+      return shutdown_ || draft_events_ != seen || !cancelled_.empty() || admissible();
+    });
   }
 }
 
-void Engine::Step() {
+void Engine::Step(const std::vector<Active*>& members) {
   const absl::Time step_start = absl::Now();
   const ModelConfig& config = model_->config();
   const int context = options_.context_length;
   std::vector<SeqTree> batch;
-  batch.reserve(running_.size());
-  for (auto& a : running_) {
+  batch.reserve(members.size());
+  for (Active* a : members) {
     SeqTree t;
     t.seq = a->seq;
     t.committed_len = a->committed_len;
@@ -395,7 +421,7 @@ void Engine::Step() {
   if (!logits.ok()) {
     TS_LOG(kError, "forward of %d requests failed: %s", static_cast<int>(batch.size()),
            std::string(logits.status().message()));
-    for (auto& a : running_) {
+    for (Active* a : members) {
       GenerationUpdate update;
       update.finished = true;
       update.status =
@@ -407,8 +433,8 @@ void Engine::Step() {
 
   const int vocab = config.vocab_size;
   size_t row = 0;
-  for (size_t b = 0; b < running_.size(); ++b) {
-    Active& a = *running_[b];
+  for (size_t b = 0; b < members.size(); ++b) {
+    Active& a = *members[b];
     a.stats.forward_ms += forward_ms;
     a.stats.host_ms += build_ms;
     const SeqTree& t = batch[b];

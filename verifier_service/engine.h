@@ -80,9 +80,13 @@ class Engine {
 
   void Loop();
   void Admit();
+  // KV pages the front of the queue needs if it can be admitted now, else 0. Needs mu_.
+  int FrontPagesIfAdmissible() const;
   void DropCancelled();
-  void WaitForDrafts();
-  void Step();
+  // Blocks until enough requests can be verified (DESIGN §2 overlap) and returns them.
+  std::vector<Active*> WaitForReady();
+  // One verify step (prefill for new requests) over `members`.
+  void Step(const std::vector<Active*>& members);
   // Sends the final update and releases the request (KV pages, draft session).
   void Finish(Active& active, GenerationUpdate update);
   void Release(Active& active);

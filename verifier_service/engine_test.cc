@@ -197,6 +197,33 @@ TEST_F(EngineTest, TensorParallelMatchesSingleRank) {
   }
 }
 
+// A KV pool that holds one request at a time: the others wait in the queue (no busy loop, no
+// failure) and still get exactly their own output.
+TEST_F(EngineTest, RequestsWaitForKvPages) {
+  LmOptions lm;
+  lm.kv_pages = 12;  // one request needs ceil((60 + 48 + 16 + 1) / 16) = 8 pages
+  auto model = LoadCpuCausalLm(*target_dir_, lm);
+  ASSERT_TRUE(model.ok()) << model.status();
+  NgramDrafterFactory factory{NgramOptions()};
+  LocalDraftSource drafts(&factory);
+  Engine engine(model->get(), nullptr, &drafts, EngineOptions());
+  std::vector<GenerationRequest> requests;
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (int i = 0; i < 3; ++i) {
+    GenerationRequest r = Request(Prompt(30 + i), SpecMode::kNgram);
+    ASSERT_TRUE(engine.Validate(r).ok());
+    requests.push_back(r);
+    sinks.push_back(std::make_shared<RecordingSink>());
+    ASSERT_TRUE(engine.Submit(r, sinks.back()).ok());
+  }
+  EXPECT_LE(engine.Snapshot().running, 1);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(sinks[i]->Wait());
+    EXPECT_THAT(sinks[i]->ids(), ElementsAreArray(Plain(requests[i]))) << "request " << i;
+  }
+  EXPECT_EQ((*model)->kv_cache().free_pages(), 12);
+}
+
 TEST_F(EngineTest, CancelFreesKvPages) {
   const int total = target_->kv_cache().num_pages();
   Engine engine(target_.get(), nullptr, nullptr, EngineOptions());
