@@ -20,6 +20,8 @@
 #include "verifier_service/generation_service.h"
 
 ABSL_FLAG(std::string, model, "models/tiny-target", "target model directory (HF format)");
+ABSL_FLAG(std::string, tokenizer, "",
+          "tokenizer.json path; empty = <model>/tokenizer.json if present; none = ids only");
 ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on");
 ABSL_FLAG(int, port, 50051, "port to listen on; 0 picks a free one (printed at start)");
 ABSL_FLAG(std::string, drafter, "", "gRPC target of the drafter pool; empty = no speculation");
@@ -56,16 +58,20 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::unique_ptr<treespec::Tokenizer> tokenizer;
-  const std::string tok_path = model_dir + "/tokenizer.json";
-  if (std::filesystem::exists(tok_path)) {
+  std::string tok_path = absl::GetFlag(FLAGS_tokenizer);
+  if (tok_path.empty() && std::filesystem::exists(model_dir + "/tokenizer.json")) {
+    tok_path = model_dir + "/tokenizer.json";
+  }
+  if (!tok_path.empty() && tok_path != "none") {
     auto loaded = treespec::LoadTokenizer(tok_path);
     if (!loaded.ok()) {
-      TS_LOG(kError, "cannot load tokenizer: %s", loaded.status().ToString());
+      TS_LOG(kError, "cannot load tokenizer: %s (--tokenizer=none serves token ids only)",
+             loaded.status().ToString());
       return 1;
     }
     tokenizer = *std::move(loaded);
   } else {
-    TS_LOG(kWarning, "%s not found: serving token ids only", tok_path);
+    TS_LOG(kWarning, "no tokenizer: serving token ids only");
   }
   std::unique_ptr<treespec::GrpcDraftSource> drafts;
   if (!absl::GetFlag(FLAGS_drafter).empty()) {
