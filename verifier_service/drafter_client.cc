@@ -80,11 +80,15 @@ class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1
   }
 
   // The engine is done with this session: cancel the call; OnDone frees the reactor.
+  // Returns only once no arrival callback is running, so the engine may be destroyed next.
   void Detach() {
+    {
+      std::lock_guard<std::mutex> lock(notify_mu_);
+      on_arrival_ = nullptr;
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       detached_ = true;
-      on_arrival_ = nullptr;
     }
     context_.TryCancel();
     RemoveHold();
@@ -105,7 +109,6 @@ class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1
   }
 
   void OnReadDone(bool ok) override {
-    std::function<void()> notify;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (ok) {
@@ -120,10 +123,13 @@ class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1
         finished_ = true;  // the drafter closed or failed the stream
         if (!detached_) TS_LOG(kWarning, "draft stream ended; continuing without speculation");
       }
-      notify = on_arrival_;
     }
-    // Called without mu_ held: the engine takes its own lock and then ours in TakeTree.
-    if (notify) notify();
+    // Not under mu_: the engine takes its own lock and then ours in TakeTree. Under notify_mu_,
+    // which Detach takes too, so the callback never runs after the engine let go.
+    {
+      std::lock_guard<std::mutex> lock(notify_mu_);
+      if (on_arrival_) on_arrival_();
+    }
     if (ok) StartRead(&response_);
   }
 
@@ -139,7 +145,8 @@ class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1
   grpc::ClientContext context_;
   v1::DraftResponse response_;
   mutable std::mutex mu_;
-  std::function<void()> on_arrival_;
+  std::mutex notify_mu_;  // held while on_arrival_ runs (before the engine's mutex, never after)
+  std::function<void()> on_arrival_;      // guarded by notify_mu_
   std::deque<v1::DraftRequest> pending_;  // front() is being written while writing_
   bool writing_ = false;
   bool finished_ = false;

@@ -60,6 +60,32 @@ absl::Status InvalidArgument(const std::string& message) {
 
 }  // namespace
 
+absl::Status ValidateEngineOptions(const EngineOptions& o) {
+  auto bad = [](const std::string& what) { return absl::InvalidArgumentError(what); };
+  if (o.max_batch < 1) return bad(absl::StrCat("--max_batch must be >= 1 (got ", o.max_batch, ")"));
+  if (o.max_queue < 0) return bad(absl::StrCat("--max_queue must be >= 0 (got ", o.max_queue, ")"));
+  if (o.max_tree_budget < 1) {
+    return bad(absl::StrCat("--max_tree_budget must be >= 1 (got ", o.max_tree_budget, ")"));
+  }
+  if (o.default_tree_budget < 1 || o.default_tree_budget > o.max_tree_budget) {
+    return bad(absl::StrCat("--tree_budget must be in [1, --max_tree_budget=", o.max_tree_budget,
+                            "] (got ", o.default_tree_budget, ")"));
+  }
+  if (o.default_max_depth < 1 || o.default_max_depth > o.max_depth_limit) {
+    return bad(absl::StrCat("--max_depth must be in [1, ", o.max_depth_limit, "] (got ",
+                            o.default_max_depth, ")"));
+  }
+  if (o.default_max_new_tokens < 1) {
+    return bad(absl::StrCat("--max_new_tokens must be >= 1 (got ", o.default_max_new_tokens, ")"));
+  }
+  if (o.context_length < 0) {
+    return bad(absl::StrCat("--context_length must be >= 0 (got ", o.context_length, ")"));
+  }
+  if (o.draft_timeout < absl::ZeroDuration()) return bad("--draft_timeout_ms must be >= 0");
+  if (o.max_consecutive_timeouts < 0) return bad("max_consecutive_timeouts must be >= 0");
+  return absl::OkStatus();
+}
+
 Engine::Engine(CausalLm* model, const Tokenizer* tokenizer, DraftSource* drafts,
                EngineOptions options)
     : model_(model), tokenizer_(tokenizer), drafts_(drafts), options_(std::move(options)) {
@@ -100,7 +126,9 @@ absl::Status Engine::Validate(GenerationRequest& r) const {
       return InvalidArgument(
           absl::StrCat("sampling.max_new_tokens must be > 0 (got ", *r.max_new_tokens, ")"));
     }
-    if (prompt_len + *r.max_new_tokens > context) {
+    // Not `prompt_len + max_new_tokens`: a client's INT32_MAX would overflow that sum, pass, and
+    // later turn the page count negative (prompt_len < context was checked above).
+    if (*r.max_new_tokens > context - prompt_len) {
       return InvalidArgument(absl::StrCat("prompt (", prompt_len,
                                           " tokens) + sampling.max_new_tokens (", *r.max_new_tokens,
                                           ") exceeds the context length ", context,
@@ -126,6 +154,14 @@ absl::Status Engine::Validate(GenerationRequest& r) const {
     return InvalidArgument(
         absl::StrCat("sampling.top_k must be >= 0 (got ", r.sampling.top_k, "); 0 = no limit"));
   }
+  // Every emitted token is checked against all stop ids and strings on the engine thread, so
+  // their number and length are bounded: one client must not slow every other request.
+  if (r.stop_token_ids.size() > kMaxStopTokenIds || r.stop_strings.size() > kMaxStopStrings) {
+    return InvalidArgument(absl::StrCat("at most ", kMaxStopTokenIds, " stop_token_ids and ",
+                                        kMaxStopStrings, " stop_strings are allowed (got ",
+                                        r.stop_token_ids.size(), " and ", r.stop_strings.size(),
+                                        ")"));
+  }
   for (int32_t id : r.stop_token_ids) {
     if (id < 0 || id >= vocab) {
       return InvalidArgument(
@@ -134,6 +170,10 @@ absl::Status Engine::Validate(GenerationRequest& r) const {
   }
   for (const std::string& s : r.stop_strings) {
     if (s.empty()) return InvalidArgument("sampling.stop_strings must not contain empty strings");
+    if (s.size() > kMaxStopStringBytes) {
+      return InvalidArgument(absl::StrCat("sampling.stop_strings: a stop string has ", s.size(),
+                                          " bytes; at most ", kMaxStopStringBytes, " are allowed"));
+    }
     if (tokenizer_ == nullptr) {
       return absl::FailedPreconditionError(
           "sampling.stop_strings need a tokenizer, and this server has none");
@@ -227,11 +267,14 @@ void Engine::Loop() {
       if (shutdown_) break;
     }
     DropCancelled();
+    RemoveFinished();  // frees their batch slots before admission
     Admit();
     if (running_.empty()) continue;
     const absl::Time wait_start = absl::Now();
     std::vector<Active*> ready = WaitForReady();
     const double wait_ms = absl::ToDoubleMilliseconds(absl::Now() - wait_start);
+    // Cancels that came in while waiting: released (done) but still owned by running_, since
+    // `ready` points at them; RemoveFinished after the step (or at the top) frees them.
     DropCancelled();
     ready.erase(std::remove_if(ready.begin(), ready.end(), [](Active* a) { return a->done; }),
                 ready.end());
@@ -252,6 +295,7 @@ void Engine::Loop() {
   }
   for (auto& q : queued) running_.push_back(std::move(q));
   for (auto& a : running_) {
+    if (a->done) continue;  // cancelled during the last wait: released, not yet removed
     GenerationUpdate update;
     update.finished = true;
     update.finish_reason = FinishReason::kCancelled;
@@ -282,7 +326,15 @@ void Engine::DropCancelled() {
            a->output->completion_tokens());
     Release(*a);
   }
-  RemoveFinished();
+}
+
+bool Engine::WaitsForDraft(const Active& a) const {
+  // After max_consecutive_timeouts misses the session counts as slow and steps stop waiting
+  // for it; every kProbeInterval-th step still waits once, so a drafter that has recovered
+  // (or was only slow for a while) gets speculation back.
+  constexpr int kProbeInterval = 16;
+  const int over = a.timeouts - options_.max_consecutive_timeouts;
+  return over < 0 || over % kProbeInterval == kProbeInterval - 1;
 }
 
 int Engine::FrontPagesIfAdmissible() const {
@@ -345,8 +397,7 @@ std::vector<Engine::Active*> Engine::WaitForReady() {
       }
       if (!a->tree.has_value()) a->tree = a->draft->TakeTree(a->step);
       const absl::Time deadline = a->commit_sent + options_.draft_timeout;
-      if (a->tree.has_value() || a->draft->broken() ||
-          a->timeouts >= options_.max_consecutive_timeouts || now >= deadline) {
+      if (a->tree.has_value() || a->draft->broken() || !WaitsForDraft(*a) || now >= deadline) {
         ready.push_back(a.get());  // a tree, or fail open: verify without one
         continue;
       }

@@ -36,6 +36,14 @@ struct EngineOptions {
   int max_consecutive_timeouts = 3;                       // then stop waiting for that session
 };
 
+// Flag-level checks (the message names the flag); the engine assumes options that pass.
+absl::Status ValidateEngineOptions(const EngineOptions& options);
+
+// Per-request bounds on stop conditions, which every emitted token is checked against.
+inline constexpr size_t kMaxStopTokenIds = 64;
+inline constexpr size_t kMaxStopStrings = 16;
+inline constexpr size_t kMaxStopStringBytes = 256;
+
 // Receives a request's updates, on the engine thread. Must not block.
 class RequestSink {
  public:
@@ -80,6 +88,8 @@ class Engine {
 
   void Loop();
   void Admit();
+  // Whether a step should wait (up to the deadline) for this request's draft.
+  bool WaitsForDraft(const Active& a) const;
   // KV pages the front of the queue needs if it can be admitted now, else 0. Needs mu_.
   int FrontPagesIfAdmissible() const;
   void DropCancelled();

@@ -3,6 +3,7 @@
 // cache, and bad or missing drafts fail open.
 #include "verifier_service/engine.h"
 
+#include <limits>
 #include <memory>
 #include <random>
 
@@ -248,6 +249,49 @@ TEST_F(EngineTest, CancelFreesKvPages) {
   EXPECT_EQ(next.token_ids.size(), 8u);
 }
 
+// A cancel that lands while the engine waits for drafts, on a request that is already ready
+// (no speculation), must not leave the scheduler holding a pointer to the freed request
+// (ASan: heap-use-after-free in Engine::Loop before the fix). The others are unaffected.
+TEST_F(EngineTest, CancelWhileWaitingForDrafts) {
+  ScriptedDraftSource drafts([](int64_t) { return std::nullopt; });  // never answers
+  EngineOptions options;
+  options.draft_timeout = absl::Seconds(3);  // the engine sits in the wait when the cancel comes
+  options.max_consecutive_timeouts = 1;
+  // Two requests waiting for drafts and one ready one: 1 of 3 ready is less than half, so the
+  // engine waits for the drafts (or their deadline) before the next step.
+  std::vector<GenerationRequest> requests = {Request(Prompt(41), SpecMode::kNgram, 12),
+                                             Request(Prompt(42), SpecMode::kOff, 12),
+                                             Request(Prompt(43), SpecMode::kNgram, 12)};
+  const std::vector<int32_t> plain0 = Plain(requests[0]), plain2 = Plain(requests[2]);
+  Engine engine(target_.get(), nullptr, &drafts, options);
+  const int total = target_->kv_cache().num_pages();
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  std::vector<uint64_t> handles;
+  for (GenerationRequest& r : requests) {
+    ASSERT_TRUE(engine.Validate(r).ok());
+    sinks.push_back(std::make_shared<RecordingSink>());
+    absl::StatusOr<uint64_t> handle = engine.Submit(r, sinks.back());
+    ASSERT_TRUE(handle.ok());
+    handles.push_back(*handle);
+  }
+  for (const auto& sink : sinks) {
+    while (sink->updates() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // into the draft wait
+  engine.Cancel(handles[1]);
+  for (int i : {0, 2}) {
+    ASSERT_TRUE(sinks[i]->Wait());
+    EXPECT_TRUE(sinks[i]->final_update().status.ok());
+    EXPECT_THAT(sinks[i]->ids(), ElementsAreArray(i == 0 ? plain0 : plain2)) << "request " << i;
+  }
+  EXPECT_FALSE(sinks[1]->final_update().finished);
+  EXPECT_LT(sinks[1]->ids().size(), 12u);
+  for (int i = 0; i < 2000 && engine.Snapshot().running > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(target_->kv_cache().free_pages(), total);
+}
+
 // Garbage trees (bad parents, ids out of range, too many nodes, too deep) are dropped and the
 // step runs without a draft; output unchanged.
 TEST_F(EngineTest, GarbageDraftsFailOpen) {
@@ -319,6 +363,9 @@ TEST_F(EngineTest, ValidationNamesTheField) {
   check(r, absl::StatusCode::kInvalidArgument, "max_new_tokens must be > 0");
   r.max_new_tokens = 600;
   check(r, absl::StatusCode::kInvalidArgument, "set max_new_tokens <= 509");
+  // prompt + max_new_tokens must not overflow into a small (or negative) sum that passes.
+  r.max_new_tokens = std::numeric_limits<int32_t>::max();
+  check(r, absl::StatusCode::kInvalidArgument, "set max_new_tokens <= 509");
   r = ok;
   r.sampling.temperature = -1;
   check(r, absl::StatusCode::kInvalidArgument, "temperature");
@@ -338,6 +385,29 @@ TEST_F(EngineTest, ValidationNamesTheField) {
   r.spec_mode = SpecMode::kAuto;
   EXPECT_TRUE(engine.Validate(r).ok());
   EXPECT_EQ(r.spec_mode, SpecMode::kOff);
+  r = ok;
+  r.stop_token_ids.assign(kMaxStopTokenIds + 1, 5);
+  check(r, absl::StatusCode::kInvalidArgument, "at most 64 stop_token_ids");
+  r = ok;
+  r.stop_strings.assign(kMaxStopStrings + 1, "x");
+  check(r, absl::StatusCode::kInvalidArgument, "16 stop_strings");
+}
+
+TEST(EngineOptionsTest, FlagsOutOfRangeNameTheFlag) {
+  EXPECT_TRUE(ValidateEngineOptions(EngineOptions()).ok());
+  EngineOptions o;
+  o.max_batch = 0;
+  EXPECT_THAT(std::string(ValidateEngineOptions(o).message()), ::testing::HasSubstr("--max_batch"));
+  o = EngineOptions();
+  o.default_tree_budget = 300;
+  EXPECT_THAT(std::string(ValidateEngineOptions(o).message()),
+              ::testing::HasSubstr("--tree_budget"));
+  o = EngineOptions();
+  o.default_max_depth = 0;
+  EXPECT_THAT(std::string(ValidateEngineOptions(o).message()), ::testing::HasSubstr("--max_depth"));
+  o = EngineOptions();
+  o.draft_timeout = absl::Milliseconds(-1);
+  EXPECT_FALSE(ValidateEngineOptions(o).ok());
 }
 
 }  // namespace

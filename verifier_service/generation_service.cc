@@ -83,6 +83,12 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
 
   void OnDone() override {
     if (outbox_) outbox_->Detach();
+    // Normally the engine is done or OnCancel has stopped it; if the call ended some other
+    // way, make sure the request does not run on with nobody to read it (a no-op otherwise).
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (submitted_) engine_->Cancel(handle_);
+    }
     delete this;
   }
 

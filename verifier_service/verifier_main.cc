@@ -86,6 +86,10 @@ int main(int argc, char** argv) {
   opts.max_tree_budget = absl::GetFlag(FLAGS_max_tree_budget);
   opts.default_max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
   opts.draft_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_draft_timeout_ms));
+  if (absl::Status valid = treespec::ValidateEngineOptions(opts); !valid.ok()) {
+    TS_LOG(kError, "%s", std::string(valid.message()));
+    return 2;
+  }
   treespec::Engine engine(model->get(), tokenizer.get(), drafts.get(), opts);
 
   treespec::ServiceInfo info;

@@ -46,7 +46,8 @@ TEST(InProcessCommunicatorTest, AllReduceSumsInRankOrderIdenticallyOnEveryRank) 
         }
       });
       for (int r = 0; r < world; ++r) {
-        ASSERT_EQ(std::memcmp(results[r].data(), expected.data(), size * sizeof(float)), 0)
+        ASSERT_TRUE(size == 0 ||
+                    std::memcmp(results[r].data(), expected.data(), size * sizeof(float)) == 0)
             << "world " << world << " size " << size << " rank " << r;
       }
     }

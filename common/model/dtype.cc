@@ -114,7 +114,7 @@ void ConvertToFloat(DType dtype, const uint8_t* src, absl::Span<float> out) {
   float* dst = out.data();
   switch (dtype) {
     case DType::kF32:
-      std::memcpy(dst, src, n * sizeof(float));
+      if (n > 0) std::memcpy(dst, src, n * sizeof(float));  // empty spans may hold null
       return;
     case DType::kBF16:
       for (size_t i = 0; i < n; ++i) {
@@ -137,7 +137,7 @@ void ConvertFromFloat(DType dtype, absl::Span<const float> in, uint8_t* dst) {
   const size_t n = in.size();
   switch (dtype) {
     case DType::kF32:
-      std::memcpy(dst, in.data(), n * sizeof(float));
+      if (n > 0) std::memcpy(dst, in.data(), n * sizeof(float));  // empty spans may hold null
       return;
     case DType::kBF16:
       for (size_t i = 0; i < n; ++i) {

@@ -277,7 +277,7 @@ TEST_F(SafetensorsTest, RoundTripEachDType) {
       // The stored bytes are the documented encodings.
       absl::Span<const uint8_t> raw = (*f)->RawBytes(*info);
       ASSERT_EQ(raw.size(), stored.size());
-      EXPECT_EQ(std::memcmp(raw.data(), stored.data(), stored.size()), 0);
+      EXPECT_TRUE(stored.empty() || std::memcmp(raw.data(), stored.data(), stored.size()) == 0);
     }
     if (dtype == DType::kF16) {
       absl::StatusOr<Tensor> a16 = (*f)->Read("a.weight");

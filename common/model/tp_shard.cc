@@ -24,7 +24,8 @@ Tensor CopyRows(const Tensor& t, int64_t begin, int64_t end) {
 Tensor CopyColumns(const Tensor& t, int64_t begin, int64_t end) {
   const int64_t rows = t.dim(0), cols = t.dim(1), width = end - begin;
   std::vector<float> data(rows * width);
-  for (int64_t r = 0; r < rows; ++r) {
+  // width 0 (a rank without MLP columns): data() may be null, and memcpy must not see it.
+  for (int64_t r = 0; width > 0 && r < rows; ++r) {
     std::memcpy(data.data() + r * width, t.data() + r * cols + begin, width * sizeof(float));
   }
   return Tensor({rows, width}, std::move(data));
