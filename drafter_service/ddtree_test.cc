@@ -31,15 +31,6 @@ std::vector<float> RandomLogprobs(std::mt19937& rng, int vocab) {
   return logits;
 }
 
-// Token path from the bonus to each drafted node.
-std::vector<std::vector<int32_t>> Paths(const DraftedTree& tree) {
-  std::vector<std::vector<int32_t>> paths(tree.tokens.size());
-  for (size_t j = 0; j < tree.tokens.size(); ++j) {
-    if (tree.parents[j] >= 0) paths[j] = paths[tree.parents[j]];
-    paths[j].push_back(tree.tokens[j]);
-  }
-  return paths;
-}
 
 TEST(TopKTest, MatchesSort) {
   std::mt19937 rng(1);
@@ -113,7 +104,7 @@ TEST(BuildDdTreeTest, PerDepthEqualsBruteForceTopB) {
       ASSERT_EQ(tree.tokens.size(), expected_size) << "trial " << trial << " budget " << budget;
       std::set<std::vector<int32_t>> want, got;
       for (size_t i = 0; i < expected_size; ++i) want.insert(all[i].second);
-      std::vector<std::vector<int32_t>> paths = Paths(tree);
+      std::vector<std::vector<int32_t>> paths = DraftedPaths(tree);
       for (const auto& p : paths) got.insert(p);
       EXPECT_EQ(got, want) << "trial " << trial << " budget " << budget;
       ASSERT_TRUE(ValidateDraftedTree(tree, vocab, budget, depth).ok());

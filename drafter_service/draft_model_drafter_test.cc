@@ -48,15 +48,6 @@ std::vector<int32_t> RandomTokens(int n, int vocab, uint32_t seed) {
   return out;
 }
 
-// Token path (context excluded) to every drafted node.
-std::vector<std::vector<int32_t>> Paths(const DraftedTree& tree) {
-  std::vector<std::vector<int32_t>> paths(tree.tokens.size());
-  for (size_t j = 0; j < tree.tokens.size(); ++j) {
-    if (tree.parents[j] >= 0) paths[j] = paths[tree.parents[j]];
-    paths[j].push_back(tree.tokens[j]);
-  }
-  return paths;
-}
 
 class DraftModelDrafterTest : public ::testing::Test {
  protected:
@@ -137,7 +128,7 @@ TEST_F(DraftModelDrafterTest, TreeIsTheExactBestFirstTreeWithTrueLogprobs) {
           ValidateDraftedTree(tree, config_.vocab_size, limits.tree_budget, limits.max_depth).ok());
       if (top_k == 0) EXPECT_EQ(tree.tokens.size(), static_cast<size_t>(limits.tree_budget));
       // Each node's log-prob is the draft model's conditional given its whole path.
-      std::vector<std::vector<int32_t>> paths = Paths(tree);
+      std::vector<std::vector<int32_t>> paths = DraftedPaths(tree);
       for (size_t j = 0; j < tree.tokens.size(); j += 3) {
         std::vector<int32_t> prefix = context;
         prefix.insert(prefix.end(), paths[j].begin(), paths[j].end() - 1);
@@ -164,7 +155,7 @@ TEST_F(DraftModelDrafterTest, CappedExpansionStillGivesTrueLogprobs) {
   DraftedTree tree = *session->Draft(DraftLimits{16, 8});
   ASSERT_TRUE(ValidateDraftedTree(tree, config_.vocab_size, 16, 8).ok());
   EXPECT_EQ(tree.tokens.size(), 16u);
-  std::vector<std::vector<int32_t>> paths = Paths(tree);
+  std::vector<std::vector<int32_t>> paths = DraftedPaths(tree);
   std::vector<int> children(tree.tokens.size() + 1, 0);  // [parent + 1]
   for (size_t j = 0; j < tree.tokens.size(); ++j) {
     ++children[tree.parents[j] + 1];

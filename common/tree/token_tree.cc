@@ -60,6 +60,15 @@ void ToVerifyTree(int32_t bonus, const DraftedTree& drafted, std::vector<int32_t
   }
 }
 
+std::vector<std::vector<int32_t>> DraftedPaths(const DraftedTree& tree) {
+  std::vector<std::vector<int32_t>> paths(tree.tokens.size());
+  for (size_t j = 0; j < tree.tokens.size(); ++j) {
+    if (tree.parents[j] >= 0) paths[j] = paths[tree.parents[j]];
+    paths[j].push_back(tree.tokens[j]);
+  }
+  return paths;
+}
+
 std::vector<int32_t> NodeDepths(absl::Span<const int32_t> parents) {
   std::vector<int32_t> depth(parents.size());
   for (size_t i = 0; i < parents.size(); ++i) {

@@ -28,6 +28,9 @@ absl::Status ValidateDraftedTree(const DraftedTree& tree, int vocab_size, int ma
 void ToVerifyTree(int32_t bonus, const DraftedTree& drafted, std::vector<int32_t>* tokens,
                   std::vector<int32_t>* parents);
 
+// Token path from the bonus (excluded) to each drafted node: [m][depth of the node].
+std::vector<std::vector<int32_t>> DraftedPaths(const DraftedTree& tree);
+
 // depth[i] of each node (node 0 has depth 0). [n]
 std::vector<int32_t> NodeDepths(absl::Span<const int32_t> parents);
 

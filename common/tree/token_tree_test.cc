@@ -208,3 +208,21 @@ TEST(WalkTreeTest, RandomTreesMatchNaive) {
 
 }  // namespace
 }  // namespace treespec
+
+namespace treespec {
+namespace {
+
+TEST(DraftedPathsTest, FollowsParents) {
+  DraftedTree t;
+  t.tokens = {10, 11, 12, 13};
+  t.parents = {-1, 0, -1, 1};
+  const std::vector<std::vector<int32_t>> paths = DraftedPaths(t);
+  ASSERT_EQ(paths.size(), 4u);
+  EXPECT_EQ(paths[0], (std::vector<int32_t>{10}));
+  EXPECT_EQ(paths[1], (std::vector<int32_t>{10, 11}));
+  EXPECT_EQ(paths[2], (std::vector<int32_t>{12}));
+  EXPECT_EQ(paths[3], (std::vector<int32_t>{10, 11, 13}));
+}
+
+}  // namespace
+}  // namespace treespec
