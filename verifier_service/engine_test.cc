@@ -17,6 +17,7 @@
 namespace treespec {
 namespace {
 
+using testing::DelayedDraftSource;
 using ::testing::ElementsAreArray;
 using testing::LocalDraftSource;
 using testing::RecordingSink;
@@ -343,6 +344,28 @@ TEST_F(EngineTest, SilentDrafterTimesOut) {
   EXPECT_THAT(spec.token_ids, ElementsAreArray(plain));
   // Two waits of 20 ms, then none: far below 40 steps x 20 ms.
   EXPECT_LT(absl::ToDoubleMilliseconds(absl::Now() - start), 400.0);
+}
+
+// A drafter that is slow for the first steps (trees arrive after the deadline, so the session
+// counts as slow and steps stop waiting) and then fast again gets speculation back through the
+// periodic re-probe; the output never changes.
+TEST_F(EngineTest, SlowDrafterRecovers) {
+  NgramDrafterFactory factory{NgramOptions()};
+  DelayedDraftSource drafts(&factory, [](int64_t step) {
+    return step < 6 ? absl::Milliseconds(60) : absl::Microseconds(200);
+  });
+  EngineOptions options;
+  options.draft_timeout = absl::Milliseconds(20);
+  options.max_consecutive_timeouts = 3;
+  GenerationRequest r = Request(Prompt(12), SpecMode::kNgram, 150);
+  const std::vector<int32_t> plain = Plain(r);
+  Engine engine(target_.get(), nullptr, &drafts, options);
+  GenerationUpdate spec = RunToEnd(engine, r);
+  ASSERT_TRUE(spec.status.ok()) << spec.status;
+  EXPECT_THAT(spec.token_ids, ElementsAreArray(plain));
+  // Without the re-probe every later tree answers a step already verified: nothing accepted.
+  EXPECT_GT(spec.stats.accepted_tokens, 0);
+  EXPECT_LT(spec.stats.fallback_steps, spec.stats.steps);
 }
 
 TEST_F(EngineTest, ValidationNamesTheField) {

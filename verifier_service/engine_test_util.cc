@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/model/cpu_test_util.h"
@@ -111,7 +112,74 @@ class ScriptedDraftStream final : public MailboxDraftStream {
   ScriptedDraftSource::TreeFn fn_;
 };
 
+// Delivery threads share this with the stream; once the stream is gone they deliver nothing.
+struct DelayedMailbox {
+  std::mutex mu;
+  bool detached = false;
+  std::optional<DraftedTree> tree;
+  int64_t step = -1;
+  std::function<void()> on_arrival;
+};
+
+class DelayedDraftStream final : public DraftStream {
+ public:
+  DelayedDraftStream(std::unique_ptr<DraftSession> session, DraftLimits limits,
+                     DelayedDraftSource::DelayFn delay, std::function<void()> on_arrival)
+      : session_(std::move(session)),
+        limits_(limits),
+        delay_(std::move(delay)),
+        box_(std::make_shared<DelayedMailbox>()) {
+    box_->on_arrival = std::move(on_arrival);
+  }
+  ~DelayedDraftStream() override {
+    {
+      std::lock_guard<std::mutex> lock(box_->mu);
+      box_->detached = true;
+    }
+    for (std::thread& t : threads_) t.join();
+  }
+  void Commit(int64_t step, std::vector<int32_t> tokens) override {
+    absl::StatusOr<DraftedTree> tree = session_->Append(tokens).ok()
+                                           ? session_->Draft(limits_)
+                                           : absl::StatusOr<DraftedTree>(DraftedTree());
+    threads_.emplace_back([box = box_, step, delay = delay_(step), t = *std::move(tree)] {
+      absl::SleepFor(delay);
+      std::lock_guard<std::mutex> lock(box->mu);
+      if (box->detached) return;
+      box->tree = t;
+      box->step = step;
+      box->on_arrival();  // the engine takes its own lock, never ours: no cycle
+    });
+  }
+  std::optional<DraftedTree> TakeTree(int64_t step) override {
+    std::lock_guard<std::mutex> lock(box_->mu);
+    if (!box_->tree.has_value() || box_->step != step) return std::nullopt;
+    std::optional<DraftedTree> out = std::move(box_->tree);
+    box_->tree.reset();
+    return out;
+  }
+  bool broken() const override { return false; }
+
+ private:
+  std::unique_ptr<DraftSession> session_;
+  DraftLimits limits_;
+  DelayedDraftSource::DelayFn delay_;
+  std::shared_ptr<DelayedMailbox> box_;
+  std::vector<std::thread> threads_;
+};
+
 }  // namespace
+
+std::unique_ptr<DraftStream> DelayedDraftSource::Open(const DraftOpenParams& params,
+                                                      std::function<void()> on_arrival) {
+  absl::StatusOr<std::unique_ptr<DraftSession>> session = factory_->NewSession();
+  if (!session.ok() || !(*session)->Append(params.prompt).ok()) return nullptr;
+  DraftLimits limits;
+  limits.tree_budget = params.tree_budget;
+  limits.max_depth = params.max_depth;
+  return std::make_unique<DelayedDraftStream>(*std::move(session), limits, delay_,
+                                              std::move(on_arrival));
+}
 
 std::unique_ptr<DraftStream> LocalDraftSource::Open(const DraftOpenParams& params,
                                                     std::function<void()>) {

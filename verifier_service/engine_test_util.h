@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "common/model/config.h"
 #include "drafter_service/drafter.h"
 #include "verifier_service/draft_source.h"
@@ -66,6 +67,22 @@ class ScriptedDraftSource final : public DraftSource {
 
  private:
   TreeFn fn_;
+};
+
+// A real drafter session whose trees arrive `delay(step)` after each commit, on another thread,
+// like a remote drafter that is slow for a while.
+class DelayedDraftSource final : public DraftSource {
+ public:
+  using DelayFn = std::function<absl::Duration(int64_t step)>;
+  DelayedDraftSource(DrafterFactory* factory, DelayFn delay)
+      : factory_(factory), delay_(std::move(delay)) {}
+  std::unique_ptr<DraftStream> Open(const DraftOpenParams& params,
+                                    std::function<void()> on_arrival) override;
+  std::string target() const override { return "delayed"; }
+
+ private:
+  DrafterFactory* factory_;
+  DelayFn delay_;
 };
 
 // Runs one request through `engine` and returns the final update (ids in token_ids).
