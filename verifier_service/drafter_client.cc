@@ -9,24 +9,11 @@
 #include <utility>
 
 #include "common/util/log.h"
+#include "verifier_service/proto_conversion.h"
 
 namespace treespec {
 
 namespace {
-
-v1::SpeculationMode ToProtoMode(SpecMode mode) {
-  switch (mode) {
-    case SpecMode::kOff:
-      return v1::SPECULATION_MODE_OFF;
-    case SpecMode::kAuto:
-      return v1::SPECULATION_MODE_AUTO;
-    case SpecMode::kNgram:
-      return v1::SPECULATION_MODE_NGRAM;
-    case SpecMode::kDraftModel:
-      return v1::SPECULATION_MODE_DRAFT_MODEL;
-  }
-  return v1::SPECULATION_MODE_AUTO;
-}
 
 // The reactor owns itself: it lives until gRPC calls OnDone, even after the engine has dropped
 // its handle (which only cancels the call). State shared with the engine sits behind mu_.

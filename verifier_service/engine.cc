@@ -514,7 +514,7 @@ void Engine::Step(const std::vector<Active*>& members) {
       }
       const std::vector<int32_t> path = WalkTree(t.tokens, t.parents, choice);
       const int k = static_cast<int>(path.size()) - 1;
-      model_->Commit(a.seq, a.committed_len, std::vector<int>(path.begin(), path.end()));
+      model_->Commit(a.seq, a.committed_len, path);
       for (int j = 1; j <= k; ++j) emitted.push_back(t.tokens[path[j]]);
       emitted.push_back(choice[path[k]]);
       a.committed_len += k + 1;
@@ -542,12 +542,11 @@ void Engine::Step(const std::vector<Active*>& members) {
       update.finished = true;
       update.finish_reason = FinishReason::kContext;
     }
+    a.stats.host_ms += absl::ToDoubleMilliseconds(absl::Now() - forward_end);
     if (update.finished) {
-      a.stats.host_ms += absl::ToDoubleMilliseconds(absl::Now() - forward_end);
       Finish(a, std::move(update));
       continue;
     }
-    a.stats.host_ms += absl::ToDoubleMilliseconds(absl::Now() - forward_end);
     a.sink->OnUpdate(std::move(update));
     if (a.draft != nullptr) {
       a.commit_sent = absl::Now();

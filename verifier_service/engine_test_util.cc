@@ -198,27 +198,17 @@ std::unique_ptr<DraftStream> ScriptedDraftSource::Open(const DraftOpenParams&,
 }
 
 GenerationUpdate RunToEnd(Engine& engine, GenerationRequest request) {
+  auto failed = [](absl::Status status) {
+    GenerationUpdate update;
+    update.finished = true;
+    update.status = std::move(status);
+    return update;
+  };
   auto sink = std::make_shared<RecordingSink>();
-  absl::Status status = engine.Validate(request);
-  if (!status.ok()) {
-    GenerationUpdate failed;
-    failed.finished = true;
-    failed.status = status;
-    return failed;
-  }
+  if (absl::Status status = engine.Validate(request); !status.ok()) return failed(status);
   absl::StatusOr<uint64_t> handle = engine.Submit(std::move(request), sink);
-  if (!handle.ok()) {
-    GenerationUpdate failed;
-    failed.finished = true;
-    failed.status = handle.status();
-    return failed;
-  }
-  if (!sink->Wait()) {
-    GenerationUpdate failed;
-    failed.finished = true;
-    failed.status = absl::DeadlineExceededError("request did not finish in time");
-    return failed;
-  }
+  if (!handle.ok()) return failed(handle.status());
+  if (!sink->Wait()) return failed(absl::DeadlineExceededError("request did not finish in time"));
   GenerationUpdate last = sink->final_update();
   last.token_ids = sink->ids();
   return last;

@@ -90,6 +90,20 @@ v1::FinishReason ToProtoReason(FinishReason reason) {
 }
 }  // namespace
 
+v1::SpeculationMode ToProtoMode(SpecMode mode) {
+  switch (mode) {
+    case SpecMode::kOff:
+      return v1::SPECULATION_MODE_OFF;
+    case SpecMode::kAuto:
+      return v1::SPECULATION_MODE_AUTO;
+    case SpecMode::kNgram:
+      return v1::SPECULATION_MODE_NGRAM;
+    case SpecMode::kDraftModel:
+      return v1::SPECULATION_MODE_DRAFT_MODEL;
+  }
+  return v1::SPECULATION_MODE_AUTO;
+}
+
 v1::GenerateResponse ToProto(const GenerationUpdate& update, const std::string& request_id) {
   v1::GenerateResponse out;
   out.set_request_id(request_id);

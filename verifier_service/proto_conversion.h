@@ -17,6 +17,9 @@ absl::StatusOr<GenerationRequest> FromProto(const v1::GenerateRequest& proto,
                                             const Tokenizer* tokenizer, int32_t bos_token_id,
                                             std::string request_id);
 
+// The mode a drafter session is opened with.
+v1::SpeculationMode ToProtoMode(SpecMode mode);
+
 v1::GenerateResponse ToProto(const GenerationUpdate& update, const std::string& request_id);
 
 }  // namespace treespec
