@@ -14,6 +14,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/backend/load_model.h"
 #include "common/model/causal_lm.h"
 #include "common/util/log.h"
 #include "common/util/shutdown_signal.h"
@@ -23,6 +24,8 @@
 
 ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on");
 ABSL_FLAG(int, port, 0, "port to listen on; 0 = pick a free one (printed on stdout)");
+ABSL_FLAG(std::string, device, "auto",
+          "draft model backend: auto (CUDA when a GPU is present), cpu, cuda or cuda:N");
 ABSL_FLAG(std::string, draft_model, "",
           "draft model dir (config.json + safetensors); empty = ngram only");
 ABSL_FLAG(std::string, default_mode, "",
@@ -82,7 +85,8 @@ absl::Status Run() {
     }
     LmOptions lm_options;
     lm_options.max_batch = absl::GetFlag(FLAGS_max_sessions);
-    absl::StatusOr<std::unique_ptr<CausalLm>> lm = LoadCpuCausalLm(model_dir, lm_options);
+    absl::StatusOr<std::unique_ptr<CausalLm>> lm =
+        LoadCausalLm(model_dir, absl::GetFlag(FLAGS_device), lm_options);
     if (!lm.ok()) {
       return absl::Status(lm.status().code(),
                           absl::StrCat("--draft_model=", model_dir, ": ", lm.status().message()));
@@ -93,9 +97,9 @@ absl::Status Run() {
           "--vocab_size=", options.vocab_size, " disagrees with the draft model's ", model_vocab));
     }
     options.vocab_size = model_vocab;
-    TS_LOG(kInfo, "draft model %s: %d layers x %d, vocab %d, window %d, %s mode", model_dir,
-           (*lm)->config().num_layers, (*lm)->config().hidden_size, model_vocab,
-           (*lm)->config().max_position_embeddings, shape);
+    TS_LOG(kInfo, "draft model %s on %s: %d layers x %d, vocab %d, window %d, %s mode",
+           model_dir, (*lm)->device(), (*lm)->config().num_layers, (*lm)->config().hidden_size,
+           model_vocab, (*lm)->config().max_position_embeddings, shape);
     draft_model = std::make_unique<DraftModelDrafterFactory>(*std::move(lm), model_options);
   }
 

@@ -464,61 +464,45 @@ void Engine::Step(const std::vector<Active*>& members) {
     batch.push_back(std::move(t));
   }
 
+  std::vector<StepSpec> specs(members.size());
+  for (size_t b = 0; b < members.size(); ++b) {
+    specs[b].sampling = members[b]->request.sampling;
+    specs[b].prefill = !members[b]->prefilled;
+  }
   const absl::Time forward_start = absl::Now();
-  absl::StatusOr<std::vector<float>> logits = model_->Forward(batch);
+  absl::StatusOr<std::vector<StepResult>> results = model_->VerifyStep(batch, specs);
   const absl::Time forward_end = absl::Now();
   const double forward_ms = absl::ToDoubleMilliseconds(forward_end - forward_start);
   const double build_ms = absl::ToDoubleMilliseconds(forward_start - step_start);
-  if (!logits.ok()) {
-    TS_LOG(kError, "forward of %d requests failed: %s", static_cast<int>(batch.size()),
-           std::string(logits.status().message()));
+  if (!results.ok()) {
+    TS_LOG(kError, "verify step of %d requests failed: %s", static_cast<int>(batch.size()),
+           std::string(results.status().message()));
     for (Active* a : members) {
       GenerationUpdate update;
       update.finished = true;
       update.status =
-          absl::InternalError(absl::StrCat("verify step failed: ", logits.status().message()));
+          absl::InternalError(absl::StrCat("verify step failed: ", results.status().message()));
       Finish(*a, std::move(update));
     }
     return;
   }
 
-  const int vocab = config.vocab_size;
-  size_t row = 0;
   for (size_t b = 0; b < members.size(); ++b) {
     Active& a = *members[b];
     a.stats.forward_ms += forward_ms;
     a.stats.host_ms += build_ms;
     const SeqTree& t = batch[b];
     const int n = static_cast<int>(t.tokens.size());
-    const float* rows = logits->data() + row * vocab;
-    row += n;
-    std::vector<int32_t> emitted;
+    std::vector<int32_t> emitted = std::move((*results)[b].emitted);
     if (!a.prefilled) {
-      const int prompt_len = n;
-      const int32_t first = ChooseToken(absl::MakeConstSpan(rows + (n - 1) * vocab, vocab),
-                                        a.request.sampling, prompt_len);
-      std::vector<int> path(n);
-      std::iota(path.begin(), path.end(), 0);
-      model_->Commit(a.seq, 0, path);
-      a.committed_len = prompt_len;
+      a.committed_len = n;
       a.prefilled = true;
-      a.bonus = first;
+      a.bonus = emitted.back();
       a.step = 0;  // the drafter's first tree answers commit 0 (the first bonus)
-      emitted.push_back(first);
     } else {
-      const std::vector<int32_t> depth = NodeDepths(t.parents);
-      std::vector<int32_t> choice(n);
-      for (int i = 0; i < n; ++i) {
-        choice[i] = ChooseToken(absl::MakeConstSpan(rows + i * vocab, vocab), a.request.sampling,
-                                a.committed_len + depth[i] + 1);
-      }
-      const std::vector<int32_t> path = WalkTree(t.tokens, t.parents, choice);
-      const int k = static_cast<int>(path.size()) - 1;
-      model_->Commit(a.seq, a.committed_len, path);
-      for (int j = 1; j <= k; ++j) emitted.push_back(t.tokens[path[j]]);
-      emitted.push_back(choice[path[k]]);
+      const int k = static_cast<int>((*results)[b].path.size()) - 1;
       a.committed_len += k + 1;
-      a.bonus = choice[path[k]];
+      a.bonus = emitted.back();
       ++a.step;
       if (a.draft != nullptr) {
         SpecStats& s = a.stats;
@@ -526,6 +510,7 @@ void Engine::Step(const std::vector<Active*>& members) {
         s.drafted_tokens += n - 1;
         s.accepted_tokens += k;
         if (n == 1) ++s.fallback_steps;
+        const std::vector<int32_t> depth = NodeDepths(t.parents);
         const int max_depth = *std::max_element(depth.begin(), depth.end());
         for (int d = 0; d < max_depth && d < static_cast<int>(s.drafted_per_depth.size()); ++d) {
           ++s.drafted_per_depth[d];

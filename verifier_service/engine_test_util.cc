@@ -113,12 +113,16 @@ class ScriptedDraftStream final : public MailboxDraftStream {
 };
 
 // Delivery threads share this with the stream; once the stream is gone they deliver nothing.
+// Two locks, as GrpcDraftSource has: the engine calls TakeTree (which takes `mu`) while holding
+// its own lock, and on_arrival takes the engine's lock, so on_arrival must never run under `mu`
+// (that order inversion deadlocked SlowDrafterRecovers under load).
 struct DelayedMailbox {
-  std::mutex mu;
-  bool detached = false;
+  std::mutex mu;                     // guards tree and step
   std::optional<DraftedTree> tree;
   int64_t step = -1;
-  std::function<void()> on_arrival;
+  std::mutex notify_mu;              // held while on_arrival runs, never together with mu
+  bool detached = false;             // guarded by notify_mu
+  std::function<void()> on_arrival;  // guarded by notify_mu
 };
 
 class DelayedDraftStream final : public DraftStream {
@@ -133,7 +137,7 @@ class DelayedDraftStream final : public DraftStream {
   }
   ~DelayedDraftStream() override {
     {
-      std::lock_guard<std::mutex> lock(box_->mu);
+      std::lock_guard<std::mutex> lock(box_->notify_mu);
       box_->detached = true;
     }
     for (std::thread& t : threads_) t.join();
@@ -144,11 +148,13 @@ class DelayedDraftStream final : public DraftStream {
                                            : absl::StatusOr<DraftedTree>(DraftedTree());
     threads_.emplace_back([box = box_, step, delay = delay_(step), t = *std::move(tree)] {
       absl::SleepFor(delay);
-      std::lock_guard<std::mutex> lock(box->mu);
-      if (box->detached) return;
-      box->tree = t;
-      box->step = step;
-      box->on_arrival();  // the engine takes its own lock, never ours: no cycle
+      {
+        std::lock_guard<std::mutex> lock(box->mu);
+        box->tree = t;
+        box->step = step;
+      }
+      std::lock_guard<std::mutex> lock(box->notify_mu);
+      if (!box->detached) box->on_arrival();
     });
   }
   std::optional<DraftedTree> TakeTree(int64_t step) override {

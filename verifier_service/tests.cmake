@@ -8,3 +8,10 @@ treespec_add_test(NAME output_processor_test SOURCES output_processor_test.cc
   LIBS treespec_engine GTest::gmock)
 treespec_add_test(NAME drafter_client_test SOURCES drafter_client_test.cc
   LIBS treespec_verifier treespec_drafter GTest::gtest)
+
+# Speculation on the GPU backend (label gpu; skips without a GPU).
+if(TREESPEC_HAVE_CUDA)
+  treespec_add_test(NAME engine_gpu_test SOURCES engine_gpu_test.cc
+    LIBS treespec_engine_test_util treespec_cuda_lm treespec_tokenizer nlohmann_json::nlohmann_json
+    LABELS gpu)
+endif()

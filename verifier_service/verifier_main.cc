@@ -11,6 +11,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "common/backend/load_model.h"
 #include "common/model/causal_lm.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/log.h"
@@ -25,7 +26,8 @@ ABSL_FLAG(std::string, tokenizer, "",
 ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on");
 ABSL_FLAG(int, port, 50051, "port to listen on; 0 picks a free one (printed at start)");
 ABSL_FLAG(std::string, drafter, "", "gRPC target of the drafter pool; empty = no speculation");
-ABSL_FLAG(std::string, device, "cpu", "cpu (the CUDA backend arrives with issue 3)");
+ABSL_FLAG(std::string, device, "auto",
+          "model backend: auto (CUDA when a GPU is present), cpu, cuda or cuda:N");
 ABSL_FLAG(int, tp, 1, "tensor-parallel ranks (threads on CPU)");
 ABSL_FLAG(int, max_batch, 16, "requests verified together per step");
 ABSL_FLAG(int, max_queue, 1024, "waiting requests beyond this get RESOURCE_EXHAUSTED");
@@ -42,17 +44,13 @@ int main(int argc, char** argv) {
   treespec::BlockShutdownSignals();
   absl::ParseCommandLine(argc, argv);
   using treespec::LogLevel;
-  if (absl::GetFlag(FLAGS_device) != "cpu") {
-    TS_LOG(kError, "--device=%s: only cpu is available in this build", absl::GetFlag(FLAGS_device));
-    return 2;
-  }
   const std::string model_dir = absl::GetFlag(FLAGS_model);
   treespec::LmOptions lm;
   lm.tensor_parallel = absl::GetFlag(FLAGS_tp);
   lm.kv_pages = absl::GetFlag(FLAGS_kv_pages);
   lm.kv_page_size = absl::GetFlag(FLAGS_kv_page_size);
   lm.max_batch = absl::GetFlag(FLAGS_max_batch);
-  auto model = treespec::LoadCpuCausalLm(model_dir, lm);
+  auto model = treespec::LoadCausalLm(model_dir, absl::GetFlag(FLAGS_device), lm);
   if (!model.ok()) {
     TS_LOG(kError, "cannot load model: %s", model.status().ToString());
     return 1;

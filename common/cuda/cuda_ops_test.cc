@@ -1,12 +1,8 @@
 // Every CUDA op against its CPU reference (common/model/cpu_ops.h, DESIGN §8): fresh random
 // inputs rounded to bf16 first (the CPU reference gets the very same values), outputs poisoned
 // with 0xFF bytes (bf16 NaN) before the launch plus a poisoned guard tail that must survive,
-// sizes that are not multiples of any tile. Skips every test without a CUDA device.
-//
-// Tolerances, derived from the precision (u = 2^-8 is bf16's unit roundoff, e = 2^-24 fp32's):
-// the GPU computes in fp32 and rounds once to bf16, so |got - ref| <= u * |ref| + (1 + u) * d,
-// where d bounds the GPU's fp32 result's distance from the CPU's fp32 result. Each test states
-// its d. Seeds are fresh per run (printed on failure); TREESPEC_TEST_SEED=n repeats one.
+// sizes that are not multiples of any tile. Skips every test without a CUDA device. Tolerances
+// and seeds as described in cuda_test_util.h.
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
@@ -26,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "common/cuda/cuda_check.h"
+#include "common/cuda/cuda_test_util.h"
 #include "common/cuda/device_buffer.h"
 #include "common/cuda/embedding.h"
 #include "common/cuda/rms_norm.h"
@@ -33,130 +30,12 @@
 #include "common/cuda/silu_mul.h"
 #include "common/model/cpu_ops.h"
 #include "common/model/dtype.h"
-#include "common/util/status_macros.h"  // TREESPEC_CONCAT_
 #include "gtest/gtest.h"
 
 namespace treespec::gpu {
 namespace {
-
-using bf16 = __nv_bfloat16;
-static_assert(sizeof(bf16) == 2);
-
-constexpr double kBf16U = 1.0 / 256;        // 2^-8
-constexpr double kFp32U = 1.0 / (1 << 24);  // 2^-24
-constexpr uint16_t kPoisonBits = 0xFFFF;    // 0xFF bytes: a bf16 NaN
-constexpr size_t kGuard = 64;               // poisoned elements past every output
-
-#define ASSERT_OK(expr)                                    \
-  do {                                                     \
-    const ::absl::Status status_ = (expr);                 \
-    ASSERT_TRUE(status_.ok()) << #expr << ": " << status_; \
-  } while (0)
-
-#define ASSERT_CUDA(expr) ASSERT_OK(CudaErrorToStatus((expr), #expr, __FILE__, __LINE__))
-
-// ASSERT_OK_AND_ASSIGN(auto buf, DeviceBuffer<bf16>::Create(n));
-#define ASSERT_OK_AND_ASSIGN(lhs, expr) \
-  ASSERT_OK_AND_ASSIGN_IMPL_(TREESPEC_CONCAT_(statusor_, __LINE__), lhs, expr)
-#define ASSERT_OK_AND_ASSIGN_IMPL_(var, lhs, expr)        \
-  auto var = (expr);                                      \
-  ASSERT_TRUE(var.ok()) << #expr << ": " << var.status(); \
-  lhs = std::move(var).value()
-
-uint16_t Bits(bf16 b) {
-  uint16_t u;
-  std::memcpy(&u, &b, sizeof(u));
-  return u;
-}
-bf16 FromBits(uint16_t u) {
-  bf16 b;
-  std::memcpy(&b, &u, sizeof(u));
-  return b;
-}
-float ToFloat(bf16 b) { return Bf16BitsToFloat(Bits(b)); }
-
-uint64_t Seed() {
-  static const uint64_t seed = [] {
-    const char* env = std::getenv("TREESPEC_TEST_SEED");
-    const uint64_t s = env != nullptr ? std::strtoull(env, nullptr, 10) : std::random_device{}();
-    std::cerr << "cuda_ops_test: seed " << s << " (TREESPEC_TEST_SEED repeats it)\n";
-    return s;
-  }();
-  return seed;
-}
-
-// `count` bf16 values uniform in [-scale, scale] (never all zeros), and the same values as
-// fp32 for the CPU reference.
-struct Bf16Data {
-  std::vector<bf16> bf;
-  std::vector<float> f;
-};
-Bf16Data RandomBf16(std::mt19937_64& rng, size_t count, float scale) {
-  std::uniform_real_distribution<float> u(-scale, scale);
-  Bf16Data d;
-  d.bf.resize(count);
-  d.f.resize(count);
-  for (size_t i = 0; i < count; ++i) {
-    const uint16_t bits = FloatToBf16Bits(u(rng));
-    d.bf[i] = FromBits(bits);
-    d.f[i] = Bf16BitsToFloat(bits);
-  }
-  return d;
-}
-
-class CudaOpsTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    int count = 0;
-    const cudaError_t error = cudaGetDeviceCount(&count);
-    if (error != cudaSuccess || count == 0) {
-      GTEST_SKIP() << "no CUDA device ("
-                   << (error != cudaSuccess
-                           ? std::string(cudaGetErrorName(error)) + ": " + cudaGetErrorString(error)
-                           : std::string("0 devices"))
-                   << "): GPU test skipped; run it on the GPU machine";
-    }
-    ASSERT_CUDA(cudaStreamCreate(&stream_));
-    rng_.seed(Seed() ^ std::hash<std::string>{}(
-                           ::testing::UnitTest::GetInstance()->current_test_info()->name()));
-  }
-  void TearDown() override {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  }
-
-  // A device copy of `host` followed by kGuard poisoned elements.
-  template <typename T>
-  absl::StatusOr<DeviceBuffer<T>> Upload(const std::vector<T>& host) {
-    auto buffer = DeviceBuffer<T>::Create(host.size() + kGuard);
-    if (!buffer.ok()) return buffer.status();
-    if (absl::Status s = buffer->FillBytes(0xFF, stream_); !s.ok()) return s;
-    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    if (absl::Status s = buffer->CopyFromHost(host); !s.ok()) return s;
-    return buffer;
-  }
-  // `count` poisoned elements plus the guard.
-  absl::StatusOr<DeviceBuffer<bf16>> Poisoned(size_t count) {
-    return Upload(std::vector<bf16>(count, FromBits(kPoisonBits)));
-  }
-  // All of `buffer` (payload and guard) after the stream's work.
-  absl::StatusOr<std::vector<bf16>> Download(const DeviceBuffer<bf16>& buffer) {
-    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    std::vector<bf16> host(buffer.size());
-    if (absl::Status s = buffer.CopyToHost(absl::MakeSpan(host)); !s.ok()) return s;
-    return host;
-  }
-
-  cudaStream_t stream_ = nullptr;
-  std::mt19937_64 rng_;
-};
-
-// Elements [payload, payload + kGuard) still hold the poison: nothing was written past the end.
-void ExpectGuardIntact(const std::vector<bf16>& got, size_t payload) {
-  ASSERT_EQ(got.size(), payload + kGuard);
-  for (size_t i = payload; i < got.size(); ++i) {
-    ASSERT_EQ(Bits(got[i]), kPoisonBits) << "write past the end at element " << i - payload;
-  }
-}
+using namespace ::treespec::gpu::testing;  // NOLINT: test scaffolding
+using CudaOpsTest = CudaTest;
 
 // ---- Embedding: a pure copy, so the rows must match bit for bit; ids outside the table's
 // vocabulary slice give exact zeros (the vocab-parallel contract of CpuCausalLm::Embed).

@@ -12,15 +12,16 @@
 #include "absl/types/span.h"
 #include "common/model/config.h"
 #include "common/model/kv_cache.h"
+#include "common/model/sampling.h"
 
 namespace treespec {
 
 // One sequence's part of a forward batch: a forest of nodes after the committed prefix.
 struct SeqTree {
   SeqId seq = 0;
-  int committed_len = 0;            // L: slots [0, L) hold committed K/V
-  std::vector<int32_t> tokens;      // [n] node tokens
-  std::vector<int32_t> parents;     // [n] parents[i] in [-1, i); -1 = a root (child of the prefix)
+  int committed_len = 0;         // L: slots [0, L) hold committed K/V
+  std::vector<int32_t> tokens;   // [n] node tokens
+  std::vector<int32_t> parents;  // [n] parents[i] in [-1, i); -1 = a root (child of the prefix)
   // Nodes [0, first_new) were computed by an earlier Forward of this same tree (their K/V is in
   // slots L..L+first_new-1); only nodes [first_new, n) are computed now. Lets a drafter grow a
   // tree depth by depth without recomputing it.
@@ -31,10 +32,26 @@ struct SeqTree {
 // ordinary causal prefill/decoding; the verifier's tree has one root, the bonus token.
 
 struct LmOptions {
-  int tensor_parallel = 1;   // ranks (threads on CPU); any count >= 1, uneven splits allowed
-  int kv_pages = 0;          // 0: enough for max_batch sequences at full context
+  int tensor_parallel = 1;  // ranks (threads on CPU); any count >= 1, uneven splits allowed
+  int kv_pages = 0;         // 0: enough for max_batch sequences at full context
   int kv_page_size = 16;
-  int max_batch = 16;        // used to size the default KV pool
+  int max_batch = 16;  // used to size the default KV pool
+};
+
+// How VerifyStep treats one batch entry.
+struct StepSpec {
+  SamplingConfig sampling;  // the request's choice rule (greedy when temperature <= 0)
+  // Prefill: the tree is the prompt (a chain from committed_len 0); every node is kept and the
+  // target's choice after the last one, at position n, is the first bonus token.
+  // Otherwise: node 0 is the pending bonus token and the rest a drafted tree (DESIGN §3).
+  bool prefill = false;
+};
+
+// What one verify step kept of a batch entry.
+struct StepResult {
+  std::vector<int> path;         // accepted nodes [0, c1, ..., ck] (prefill: 0..n-1)
+  std::vector<int32_t> emitted;  // tokens of c1..ck, then the target's choice at ck (the new
+                                 // bonus); prefill: just the first bonus
 };
 
 class CausalLm {
@@ -63,6 +80,13 @@ class CausalLm {
   virtual void Commit(SeqId seq, int committed_len, absl::Span<const int> path) = 0;
   // Drops everything from slot `len` on (rollback).
   virtual void Truncate(SeqId seq, int len) = 0;
+
+  // One verify step (DESIGN §3): Forward, the target's choice at every node (ChooseToken at
+  // absolute position L + depth + 1), the walk, and the commit of the accepted path. Only
+  // the accepted tokens leave the backend. The default runs Forward and does the rest on the
+  // host; a GPU backend keeps the logits on the device. `specs` is parallel to `batch`.
+  virtual absl::StatusOr<std::vector<StepResult>> VerifyStep(absl::Span<const SeqTree> batch,
+                                                             absl::Span<const StepSpec> specs);
 };
 
 // Loads `model_dir` (config.json, *.safetensors) for the CPU backend.

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/model/communicator.h"
 #include "common/model/cpu_ops.h"
+#include "common/model/forward_batch.h"
 #include "common/model/kv_cache.h"
 #include "common/model/tp_plan.h"
 #include "common/model/tp_shard.h"
@@ -109,8 +110,6 @@ class CpuCausalLm final : public CausalLm {
   void Truncate(SeqId seq, int len) override { cache_.Truncate(seq, len); }
 
  private:
-  absl::Status Validate(absl::Span<const SeqTree> batch);
-  absl::Status ReserveAll(absl::Span<const SeqTree> batch);
   void BuildPlan(absl::Span<const SeqTree> batch, BatchPlan& plan) const;
 
   void RunRanks(const BatchPlan& plan);
@@ -274,71 +273,7 @@ void CpuCausalLm::LmHead(Rank& r, const BatchPlan& b) const {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Batch validation, slot reservation and planning (the calling thread).
-
-absl::Status CpuCausalLm::Validate(absl::Span<const SeqTree> batch) {
-  absl::flat_hash_set<SeqId> seen;
-  for (size_t b = 0; b < batch.size(); ++b) {
-    const SeqTree& s = batch[b];
-    const std::string where = absl::StrCat("batch entry ", b, " (sequence ", s.seq, "): ");
-    if (!seen.insert(s.seq).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, "sequence appears more than once in the batch"));
-    }
-    // Reserving 0 slots changes nothing; it only tells whether the sequence exists.
-    if (!cache_.Reserve(s.seq, 0).ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, "unknown sequence"));
-    }
-    const int n = static_cast<int>(s.tokens.size());
-    if (n == 0) return absl::InvalidArgumentError(absl::StrCat(where, "empty tree"));
-    if (s.parents.size() != s.tokens.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, s.tokens.size(), " tokens but ", s.parents.size(), " parents"));
-    }
-    for (int i = 0; i < n; ++i) {
-      if (s.tokens[i] < 0 || s.tokens[i] >= config_.vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat(where, "token id ", s.tokens[i], " of node ",
-                                                       i, " out of range [0, ", config_.vocab_size,
-                                                       ")"));
-      }
-      if (s.parents[i] < -1 || s.parents[i] >= i) {
-        return absl::InvalidArgumentError(absl::StrCat(where, "parent ", s.parents[i], " of node ",
-                                                       i, " out of range [-1, ", i, ")"));
-      }
-    }
-    if (s.first_new < 0 || s.first_new > n) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, "first_new ", s.first_new, " out of range [0, ", n, "]"));
-    }
-    const int reserved = cache_.num_reserved_slots(s.seq);
-    if (s.committed_len < 0 || s.committed_len + s.first_new > reserved) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, "committed_len ", s.committed_len, " + first_new ", s.first_new,
-                       " exceeds the sequence's ", reserved, " reserved slots"));
-    }
-    if (static_cast<int64_t>(s.committed_len) + n > config_.max_position_embeddings) {
-      return absl::InvalidArgumentError(absl::StrCat(where, "committed_len ", s.committed_len,
-                                                     " + ", n, " nodes exceeds the context of ",
-                                                     config_.max_position_embeddings, " tokens"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// Reserves slots [0, L + n) of every sequence, all or nothing.
-absl::Status CpuCausalLm::ReserveAll(absl::Span<const SeqTree> batch) {
-  std::vector<int> before(batch.size());
-  for (size_t b = 0; b < batch.size(); ++b) {
-    before[b] = cache_.num_reserved_slots(batch[b].seq);
-    const int need = batch[b].committed_len + static_cast<int>(batch[b].tokens.size());
-    absl::Status status = cache_.Reserve(batch[b].seq, need);
-    if (!status.ok()) {
-      for (size_t u = 0; u < b; ++u) cache_.Truncate(batch[u].seq, before[u]);
-      return status;
-    }
-  }
-  return absl::OkStatus();
-}
+// Batch planning (the calling thread).
 
 void CpuCausalLm::BuildPlan(absl::Span<const SeqTree> batch, BatchPlan& plan) const {
   const int half = config_.head_dim / 2, ps = options_.kv_page_size;
@@ -369,8 +304,8 @@ void CpuCausalLm::BuildPlan(absl::Span<const SeqTree> batch, BatchPlan& plan) co
 }
 
 absl::StatusOr<std::vector<float>> CpuCausalLm::Forward(absl::Span<const SeqTree> batch) {
-  RETURN_IF_ERROR(Validate(batch));
-  RETURN_IF_ERROR(ReserveAll(batch));
+  RETURN_IF_ERROR(ValidateForwardBatch(config_, cache_, batch));
+  RETURN_IF_ERROR(ReserveForwardBatch(cache_, batch));
   BatchPlan plan;
   BuildPlan(batch, plan);
   std::vector<float> logits(static_cast<size_t>(plan.num_rows) * config_.vocab_size);

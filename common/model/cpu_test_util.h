@@ -1,4 +1,5 @@
-// Test-only helpers for the CPU model: small configs and seeded random weights in memory.
+// Test and benchmark helpers for the models: small configs, seeded random weights in memory,
+// chains and random trees to run through them.
 #ifndef TREESPEC_COMMON_MODEL_CPU_TEST_UTIL_H_
 #define TREESPEC_COMMON_MODEL_CPU_TEST_UTIL_H_
 
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "common/model/causal_lm.h"
 #include "common/model/config.h"
 #include "common/model/weights.h"
 
@@ -74,6 +76,29 @@ inline ModelWeights RandomWeights(const ModelConfig& config, uint64_t seed) {
     }
   });
   return w;
+}
+
+// A chain of `tokens` after `committed` slots (prefill, or decoding one token).
+inline SeqTree Chain(SeqId seq, int committed, const std::vector<int32_t>& tokens) {
+  SeqTree t;
+  t.seq = seq;
+  t.committed_len = committed;
+  t.tokens = tokens;
+  for (size_t i = 0; i < tokens.size(); ++i) t.parents.push_back(static_cast<int32_t>(i) - 1);
+  return t;
+}
+
+// A tree of n nodes after `committed` slots: random tokens in [0, vocab), each node's parent
+// drawn among the earlier nodes (node 0 is the root).
+inline SeqTree RandomTree(SeqId seq, int committed, int n, int vocab, std::mt19937& rng) {
+  SeqTree t;
+  t.seq = seq;
+  t.committed_len = committed;
+  for (int i = 0; i < n; ++i) {
+    t.tokens.push_back(static_cast<int32_t>(rng() % vocab));
+    t.parents.push_back(i == 0 ? -1 : static_cast<int32_t>(rng() % i));
+  }
+  return t;
 }
 
 }  // namespace treespec::testing

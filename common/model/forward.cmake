@@ -1,9 +1,11 @@
 # The CPU forward pass: operators, tree attention, KV cache, TP plan/shard/communicator,
 # sampling and the CPU CausalLm. Included from common/model/CMakeLists.txt.
 add_library(treespec_model
+  ${CMAKE_CURRENT_LIST_DIR}/causal_lm.cc
   ${CMAKE_CURRENT_LIST_DIR}/communicator.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu_causal_lm.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu_ops.cc
+  ${CMAKE_CURRENT_LIST_DIR}/forward_batch.cc
   ${CMAKE_CURRENT_LIST_DIR}/kv_cache.cc
   ${CMAKE_CURRENT_LIST_DIR}/sampling.cc
   ${CMAKE_CURRENT_LIST_DIR}/tp_plan.cc

@@ -6,17 +6,9 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/util/log.h"
 
 namespace treespec {
-namespace {
-
-// Programmer errors (a slot that was never reserved, a malformed path) abort with a message.
-[[noreturn]] void Fatal(const std::string& message) {
-  std::fprintf(stderr, "kv_cache: %s\n", message.c_str());
-  std::abort();
-}
-
-}  // namespace
 
 KvPool::KvPool(int num_layers, int num_pages, int page_size, int num_kv_heads, int head_dim)
     : num_layers_(num_layers),
@@ -148,20 +140,26 @@ std::vector<int> PagedKvCache::Pages(SeqId seq) const {
   return it->second;
 }
 
-void CommitPath(PagedKvCache& cache, absl::Span<KvPool* const> pools, SeqId seq, int committed_len,
-                absl::Span<const int> path) {
+std::vector<int> CheckCommitPath(const PagedKvCache& cache, SeqId seq, int committed_len,
+                                 absl::Span<const int> path) {
   if (path.empty() || path[0] != 0) Fatal("CommitPath: path must start at node 0");
   for (size_t j = 1; j < path.size(); ++j) {
     if (path[j] <= path[j - 1]) Fatal("CommitPath: path must be strictly increasing");
   }
-  const int k = static_cast<int>(path.size()) - 1;
-  const std::vector<int> pages = cache.Pages(seq);
+  std::vector<int> pages = cache.Pages(seq);
   const int reserved = static_cast<int>(pages.size()) * cache.page_size();
   if (committed_len < 0 || committed_len + path.back() >= reserved) {
     Fatal(absl::StrCat("CommitPath: node ", path.back(), " after ", committed_len,
                        " committed slots is beyond the ", reserved, " reserved slots of sequence ",
                        seq));
   }
+  return pages;
+}
+
+void CommitPath(PagedKvCache& cache, absl::Span<KvPool* const> pools, SeqId seq, int committed_len,
+                absl::Span<const int> path) {
+  const std::vector<int> pages = CheckCommitPath(cache, seq, committed_len, path);
+  const int k = static_cast<int>(path.size()) - 1;
   const int ps = cache.page_size();
   // Ascending j is safe in place: path[j] >= j, so a source is never an earlier destination.
   for (int j = 1; j <= k; ++j) {

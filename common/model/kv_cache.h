@@ -72,6 +72,12 @@ class PagedKvCache {
   SeqId next_id_ = 1;
 };
 
+// Checks a path for CommitPath (starts at node 0, strictly increasing, within the sequence's
+// reserved slots) and returns the sequence's pages; aborts with a message otherwise (a caller
+// bug, as in CommitPath). Shared with the GPU backend's commit.
+std::vector<int> CheckCommitPath(const PagedKvCache& cache, SeqId seq, int committed_len,
+                                 absl::Span<const int> path);
+
 // Moves the accepted path into place in every pool (DESIGN §3 step 5): slot L+path[j] -> L+j for
 // j = 1..k, ascending, skipping j == path[j]; then truncates `seq` to L + k + 1 slots.
 // `path` = [c0 = 0, c1, ..., ck] (tree node indices, strictly increasing).

@@ -1,0 +1,176 @@
+// treespec-verify-step-bench: one full verify step (DESIGN §3: forward of the tree, the
+// choice at every node, the walk and the KV commit) of a random-weight Llama-3-8B-shaped
+// target on one GPU, against the step's physical floor (DESIGN §7).
+//
+//   treespec-verify-step-bench [--contexts=1024,8192,32768] [--nodes=1,16,64] [--reps=20]
+//                              [--layers=32] [--json=out.json]
+//
+// Per context: one sequence is prefilled with random tokens (a real prefill through the same
+// model); then per tree size, each repetition verifies a random tree of that many nodes (node 0
+// the pending bonus token) and truncates the sequence back to the context, so every
+// repetition does the same work. Reported: the median wall time of VerifyStep (host included),
+// its GPU span (first to last operation on the model's stream), the host's share
+// 1 - span / wall, and the floor:
+//   bytes = every weight once + the K/V of the prefix and the tree (read) + the tree's K/V
+//           (written);  FLOPs = 2 · (matmul parameters) · nodes + attention
+//   floor = max(bytes / copy bandwidth, FLOPs / bf16 GEMM rate), both measured here first.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "bench/gpu_ceilings.h"
+#include "common/cuda/cuda_causal_lm.h"
+#include "common/cuda/cuda_check.h"
+#include "common/model/causal_lm.h"
+#include "common/model/cpu_test_util.h"
+#include "common/tree/token_tree.h"
+#include "common/util/status_macros.h"
+
+ABSL_FLAG(std::vector<std::string>, contexts, std::vector<std::string>({"1024", "8192", "32768"}),
+          "committed lengths");
+ABSL_FLAG(std::vector<std::string>, nodes, std::vector<std::string>({"1", "16", "64"}),
+          "tree sizes (the bonus node included)");
+ABSL_FLAG(int, layers, 32, "decoder layers (32 for Llama-3-8B; fewer for a quick look)");
+ABSL_FLAG(int, reps, 20, "timed steps per point");
+ABSL_FLAG(std::string, json, "", "also write the results here");
+
+namespace treespec::gpu {
+namespace {
+
+ModelConfig Llama3_8B() {
+  ModelConfig c;
+  c.architecture = "LlamaForCausalLM";
+  c.vocab_size = 128256;
+  c.hidden_size = 4096;
+  c.intermediate_size = 14336;
+  c.num_layers = absl::GetFlag(FLAGS_layers);
+  c.num_q_heads = 32;
+  c.num_kv_heads = 8;
+  c.head_dim = 128;
+  c.rms_norm_eps = 1e-5f;
+  c.rope_theta = 500000.0f;
+  c.tie_word_embeddings = false;
+  return c;
+}
+
+// Parameters that take part in matmuls (embedding lookups excluded), and all parameters.
+double MatmulParams(const ModelConfig& c) {
+  const double h = c.hidden_size, d = c.head_dim, i = c.intermediate_size;
+  const double per_layer =
+      h * (c.num_q_heads + 2 * c.num_kv_heads) * d + c.num_q_heads * d * h + 3 * h * i;
+  return c.num_layers * per_layer + static_cast<double>(c.vocab_size) * h;  // + LM head
+}
+double AllParams(const ModelConfig& c) {
+  return MatmulParams(c) + static_cast<double>(c.vocab_size) * c.hidden_size +
+         (2.0 * c.num_layers + 1) * c.hidden_size;
+}
+
+using testing::RandomTree;
+
+absl::Status Main() {
+  std::vector<int> contexts, nodes;
+  for (const std::string& s : absl::GetFlag(FLAGS_contexts)) contexts.push_back(std::stoi(s));
+  for (const std::string& s : absl::GetFlag(FLAGS_nodes)) nodes.push_back(std::stoi(s));
+  const int max_context = *std::max_element(contexts.begin(), contexts.end());
+  const int max_nodes = *std::max_element(nodes.begin(), nodes.end());
+
+  cudaStream_t stream = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  ASSIGN_OR_RETURN(const GpuCeilings ceilings, MeasureGpuCeilings(stream));
+
+  ModelConfig config = Llama3_8B();
+  config.max_position_embeddings = max_context + max_nodes + 16;
+  LmOptions lm;
+  lm.kv_page_size = 16;
+  lm.kv_pages = (config.max_position_embeddings + 15) / 16 + 8;
+  const auto load_start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(std::unique_ptr<CausalLm> model, CreateRandomCudaCausalLm(config, 1, lm));
+  std::printf(
+      "%s: copy %.3g B/s, bf16 GEMM %.3g FLOP/s; Llama-3-8B shape, %d layers, %.2fB "
+      "params (made on the GPU in %.1f s)\n",
+      ceilings.device.c_str(), ceilings.copy_bandwidth, ceilings.bf16_gemm_rate, config.num_layers,
+      AllParams(config) / 1e9,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count());
+  std::printf("%8s %6s %10s %10s %10s %7s %7s\n", "context", "nodes", "wall_us", "gpu_us",
+              "floor_us", "ratio", "host%");
+
+  nlohmann::json results = nlohmann::json::array();
+  std::mt19937 rng(7);
+  const int reps = absl::GetFlag(FLAGS_reps);
+  const int kv_width = config.num_layers * 2 * config.num_kv_heads * config.head_dim;
+  for (const int context : contexts) {
+    const SeqId seq = model->CreateSequence();
+    SeqTree prompt = RandomTree(seq, 0, context, config.vocab_size, rng);
+    for (int i = 0; i < context; ++i) prompt.parents[i] = i - 1;
+    StepSpec prefill;
+    prefill.prefill = true;
+    RETURN_IF_ERROR(model->VerifyStep({prompt}, {prefill}).status());
+    for (const int n : nodes) {
+      std::vector<double> wall_us, gpu_us;
+      double attended = 0;  // keys attended by the timed trees' nodes, summed, then averaged
+      for (int r = 0; r < reps + 3; ++r) {
+        const SeqTree tree = RandomTree(seq, context, n, config.vocab_size, rng);
+        if (r >= 3) {
+          for (int32_t d : NodeDepths(tree.parents)) attended += (context + d + 1.0) / reps;
+        }
+        const auto start = std::chrono::steady_clock::now();
+        RETURN_IF_ERROR(model->VerifyStep({tree}, {StepSpec()}).status());
+        const double wall =
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+                .count();
+        model->Truncate(seq, context);
+        if (r < 3) continue;  // warm-up: plans, first launches
+        wall_us.push_back(wall);
+        gpu_us.push_back(LastVerifyStepDeviceMs(*model) * 1000.0);
+      }
+      std::sort(wall_us.begin(), wall_us.end());
+      std::sort(gpu_us.begin(), gpu_us.end());
+      const double wall = wall_us[wall_us.size() / 2], gpu = gpu_us[gpu_us.size() / 2];
+      const double bytes = 2.0 * AllParams(config) +
+                           2.0 * kv_width * (static_cast<double>(context) + n) +  // K/V read
+                           2.0 * kv_width * n;                                    // written
+      const double flops = 2.0 * MatmulParams(config) * n + 4.0 * config.num_layers *
+                                                                config.num_q_heads *
+                                                                config.head_dim * attended;
+      const double floor_us = ceilings.Floor(bytes, flops) * 1e6;
+      std::printf("%8d %6d %10.1f %10.1f %10.1f %7.2f %6.1f%%\n", context, n, wall, gpu, floor_us,
+                  wall / floor_us, 100.0 * (1.0 - gpu / wall));
+      std::fflush(stdout);
+      results.push_back({{"context", context},
+                         {"nodes", n},
+                         {"wall_us", wall},
+                         {"gpu_span_us", gpu},
+                         {"floor_us", floor_us},
+                         {"ratio_to_floor", wall / floor_us},
+                         {"host_share", 1.0 - gpu / wall},
+                         {"bytes", bytes},
+                         {"flops", flops}});
+    }
+    model->FreeSequence(seq);
+  }
+  WriteBenchJson(absl::GetFlag(FLAGS_json), ceilings, results, {{"layers", config.num_layers}});
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace treespec::gpu
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  if (absl::Status status = treespec::gpu::Main(); !status.ok()) {
+    std::fprintf(stderr, "treespec-verify-step-bench: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,26 @@
+// Choosing the model backend by flag (issue 3 item 6): `--device=auto|cpu|cuda|cuda:N` for both
+// services. auto picks the CUDA backend when this build has it and a GPU is present (with one
+// rank: NCCL tensor parallelism is not in yet), else the CPU reference.
+#ifndef TREESPEC_COMMON_BACKEND_LOAD_MODEL_H_
+#define TREESPEC_COMMON_BACKEND_LOAD_MODEL_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/model/causal_lm.h"
+
+namespace treespec {
+
+// The backend `device` resolves to here: "cpu" or "cuda:N". INVALID_ARGUMENT names the flag
+// for an unknown value, a CUDA device in a CPU-only build or on a machine without a GPU.
+absl::StatusOr<std::string> ResolveDevice(const std::string& device, const LmOptions& options);
+
+// Loads `model_dir` on the backend `device` names (as ResolveDevice).
+absl::StatusOr<std::unique_ptr<CausalLm>> LoadCausalLm(const std::string& model_dir,
+                                                       const std::string& device,
+                                                       const LmOptions& options);
+
+}  // namespace treespec
+
+#endif  // TREESPEC_COMMON_BACKEND_LOAD_MODEL_H_

@@ -1,0 +1,290 @@
+// The CUDA CausalLm against the CPU reference (DESIGN §8): the same weights in both, the same
+// batches (a prefill chain, then a random tree after it), logits compared row by row; chunked
+// forwards equal whole ones; Commit moves the accepted K/V like CommitPath. Models: the
+// embedded tiny pair (models/), a random Qwen2-style model (q/k/v bias, untied head, d 64)
+// and a random Qwen3-style one (q/k norm, d 128). Skips without a GPU.
+//
+// Tolerance: the GPU runs bf16 weights and activations (rounded after every op) against fp32
+// on the CPU, so rows agree to bf16-level error: |gpu - cpu| <= 4 % of the row's largest
+// |logit| (measured worst is printed), and the argmax agrees wherever the CPU's top-2 margin
+// exceeds twice the worst error seen (near-ties are counted and reported, DESIGN §3).
+#include "common/cuda/cuda_causal_lm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/model/causal_lm.h"
+#include "common/model/cpu_causal_lm.h"
+#include "common/model/cpu_test_util.h"
+#include "common/model/weights.h"
+#include "gtest/gtest.h"
+
+namespace treespec::gpu {
+namespace {
+
+bool HaveGpu() { return CudaDeviceAvailable(); }
+#define SKIP_WITHOUT_GPU() \
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device: GPU test skipped; run it on the GPU machine"
+
+struct Pair {
+  std::unique_ptr<CausalLm> cpu, gpu;
+};
+
+// `make_weights` gives the same weights on every call (one copy per backend).
+using WeightsFn = std::function<ModelWeights()>;
+
+Pair Build(const ModelConfig& config, const WeightsFn& make_weights, int max_rows = 2048) {
+  LmOptions options;
+  options.max_batch = 4;
+  Pair p;
+  auto cpu = CreateCpuCausalLm(config, make_weights(), options);
+  EXPECT_TRUE(cpu.ok()) << cpu.status();
+  CudaLmOptions cuda;
+  cuda.max_rows = max_rows;
+  auto gpu = CreateCudaCausalLm(config, make_weights(), options, cuda);
+  EXPECT_TRUE(gpu.ok()) << gpu.status();
+  if (cpu.ok()) p.cpu = *std::move(cpu);
+  if (gpu.ok()) p.gpu = *std::move(gpu);
+  return p;
+}
+
+WeightsFn Random(const ModelConfig& config, uint64_t seed) {
+  return [config, seed] { return testing::RandomWeights(config, seed); };
+}
+
+using testing::Chain;
+using testing::RandomTree;
+
+struct Comparison {
+  double worst_rel = 0;  // max over rows of max|gpu - cpu| / max|cpu|
+  int rows = 0, argmax_differs = 0, near_ties = 0;
+};
+
+// Compares [rows, vocab] logits; argmax differences at a CPU top-2 margin above `tie_margin`
+// (relative to the row's scale) are failures, below it near-ties.
+void Compare(const std::vector<float>& cpu, const std::vector<float>& gpu, int vocab,
+             double tie_margin, Comparison& c) {
+  ASSERT_EQ(cpu.size(), gpu.size());
+  for (size_t r = 0; r * vocab < cpu.size(); ++r) {
+    const float* a = cpu.data() + r * vocab;
+    const float* b = gpu.data() + r * vocab;
+    double scale = 0, err = 0;
+    int arg_a = 0, arg_b = 0;
+    for (int v = 0; v < vocab; ++v) {
+      ASSERT_TRUE(std::isfinite(b[v])) << "row " << r << " logit " << v << " is " << b[v];
+      scale = std::max(scale, std::fabs(static_cast<double>(a[v])));
+      err = std::max(err, std::fabs(static_cast<double>(a[v]) - b[v]));
+      if (a[v] > a[arg_a]) arg_a = v;
+      if (b[v] > b[arg_b]) arg_b = v;
+    }
+    c.worst_rel = std::max(c.worst_rel, err / scale);
+    ++c.rows;
+    if (arg_a != arg_b) {
+      ++c.argmax_differs;
+      const double margin = (a[arg_a] - a[arg_b]) / scale;
+      if (margin <= tie_margin) {
+        ++c.near_ties;
+      } else {
+        ADD_FAILURE() << "row " << r << ": argmax " << arg_b << " on the GPU, " << arg_a
+                      << " on the CPU, with a CPU margin of " << margin << " of the row's scale";
+      }
+    }
+  }
+}
+
+// Prefill of a chain, then a tree after it, on both backends; then a commit of a path with gaps
+// and one decode step after it.
+void CheckModel(const std::string& name, const ModelConfig& config, const WeightsFn& weights,
+                int max_rows = 2048) {
+  SCOPED_TRACE(name);
+  Pair p = Build(config, weights, max_rows);
+  ASSERT_TRUE(p.cpu && p.gpu);
+  std::mt19937 rng(11);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 37; ++i) prompt.push_back(static_cast<int32_t>(rng() % config.vocab_size));
+  const SeqId sc = p.cpu->CreateSequence(), sg = p.gpu->CreateSequence();
+  Comparison c;
+  constexpr double kTieMargin = 0.08;  // twice the 4 % bound
+  {
+    auto a = p.cpu->Forward({Chain(sc, 0, prompt)});
+    auto b = p.gpu->Forward({Chain(sg, 0, prompt)});
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << " " << b.status();
+    Compare(*a, *b, config.vocab_size, kTieMargin, c);
+  }
+  std::mt19937 tree_rng(5);
+  SeqTree tree = RandomTree(sc, 37, 17, config.vocab_size, tree_rng);
+  {
+    auto a = p.cpu->Forward({tree});
+    tree.seq = sg;
+    auto b = p.gpu->Forward({tree});
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << " " << b.status();
+    Compare(*a, *b, config.vocab_size, kTieMargin, c);
+  }
+  // Accept a root-to-leaf path of the tree (gaps in slot order), then decode one token.
+  std::vector<int> path = {16};
+  while (path.back() != 0) path.push_back(tree.parents[path.back()]);
+  std::reverse(path.begin(), path.end());
+  p.cpu->Commit(sc, 37, path);
+  p.gpu->Commit(sg, 37, path);
+  const int committed = 37 + static_cast<int>(path.size());
+  EXPECT_EQ(p.gpu->kv_cache().num_reserved_slots(sg) >= committed, true);
+  {
+    auto a = p.cpu->Forward({Chain(sc, committed, {3})});
+    auto b = p.gpu->Forward({Chain(sg, committed, {3})});
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << " " << b.status();
+    Compare(*a, *b, config.vocab_size, kTieMargin, c);
+  }
+  std::cerr << name << ": " << c.rows << " rows, worst |gpu - cpu| " << c.worst_rel
+            << " of the row scale, argmax differs in " << c.argmax_differs << " (near-ties "
+            << c.near_ties << ")\n";
+  EXPECT_LE(c.worst_rel, 0.04);
+  EXPECT_LE(c.near_ties, c.rows / 20) << "too many near-ties to be ties";
+}
+
+TEST(CudaCausalLmTest, TinyPairMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  for (const std::string dir : {"models/tiny-target", "models/tiny-draft"}) {
+    const std::string path = absl::StrCat(TREESPEC_SOURCE_DIR, "/", dir);
+    auto config = LoadModelConfig(path);
+    ASSERT_TRUE(config.ok()) << config.status();
+    ASSERT_TRUE(LoadModelWeights(path, *config).ok());
+    CheckModel(dir, *config, [&] { return *LoadModelWeights(path, *config); });
+  }
+}
+
+TEST(CudaCausalLmTest, RandomQwenStyleModelsMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  ModelConfig qwen2 = testing::SmallLlamaConfig();
+  qwen2.architecture = "Qwen2ForCausalLM";
+  qwen2.qkv_bias = true;
+  qwen2.tie_word_embeddings = false;
+  qwen2.hidden_size = 256;
+  qwen2.num_q_heads = 4;
+  qwen2.num_kv_heads = 2;
+  qwen2.head_dim = 64;
+  qwen2.vocab_size = 1000;
+  CheckModel("qwen2-style", qwen2, Random(qwen2, 3));
+
+  ModelConfig qwen3 = qwen2;
+  qwen3.architecture = "Qwen3ForCausalLM";
+  qwen3.qkv_bias = false;
+  qwen3.qk_norm = true;
+  qwen3.head_dim = 128;  // head_dim set apart from hidden / heads, as Qwen3 does
+  qwen3.num_q_heads = 4;
+  qwen3.num_kv_heads = 1;
+  CheckModel("qwen3-style", qwen3, Random(qwen3, 4));
+}
+
+TEST(CudaCausalLmTest, ChunkedForwardMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  // 5 rows per chunk: the 37-token prefill runs as 8 chunks, the 17-node tree as 4, each
+  // chunk attending to the K/V the earlier ones wrote.
+  ModelConfig config = testing::TinyTargetConfig();
+  CheckModel("tiny-shaped, 5-row chunks", config, Random(config, 9), 5);
+}
+
+// The device verify step (choice, walk and commit on the GPU) against the host path of the
+// same model (CausalLm::VerifyStep: Forward, ChooseToken, WalkTree, Commit): identical logits
+// on both sides, so identical paths and tokens, step after step, for a batch mixing prefills
+// and trees, greedy and sampled requests. A wrong commit shows up in the later steps.
+TEST(CudaCausalLmTest, DeviceVerifyStepEqualsHostPath) {
+  SKIP_WITHOUT_GPU();
+  ModelConfig config = testing::TinyTargetConfig();
+  config.vocab_size = 16;  // tiny, so random trees are often accepted several nodes deep
+  LmOptions options;
+  options.max_batch = 4;
+  auto device_lm = CreateCudaCausalLm(config, testing::RandomWeights(config, 21), options);
+  auto host_lm = CreateCudaCausalLm(config, testing::RandomWeights(config, 21), options);
+  ASSERT_TRUE(device_lm.ok() && host_lm.ok());
+  CausalLm& dev = **device_lm;
+  CausalLm& host = **host_lm;
+  constexpr int kSeqs = 3;
+  std::vector<SeqId> ds, hs;
+  std::vector<int> committed(kSeqs, 0);
+  std::vector<int32_t> bonus(kSeqs, 0);
+  std::vector<StepSpec> specs(kSeqs);
+  for (int i = 0; i < kSeqs; ++i) {
+    ds.push_back(dev.CreateSequence());
+    hs.push_back(host.CreateSequence());
+    specs[i].sampling.temperature = i == 1 ? 0.9f : 0.0f;
+    specs[i].sampling.top_p = 0.95f;
+    specs[i].sampling.seed = 77 + i;
+  }
+  std::mt19937 rng(3);
+  int accepted_deep = 0;
+  for (int step = 0; step < 12; ++step) {
+    std::vector<SeqTree> dbatch, hbatch;
+    for (int i = 0; i < kSeqs; ++i) {
+      SeqTree t;
+      // Sequence i joins at step i with its prompt (prefill mixed with the others' trees).
+      if (step < i) continue;
+      specs[i].prefill = step == i;
+      if (specs[i].prefill) {
+        std::vector<int32_t> prompt;
+        for (int k = 0; k < 20 + 7 * i; ++k) prompt.push_back(static_cast<int32_t>(rng() % 16));
+        t = Chain(0, 0, prompt);
+      } else {
+        t = RandomTree(0, committed[i], 1 + static_cast<int>(rng() % 20), 16, rng);
+        t.tokens[0] = bonus[i];
+      }
+      t.seq = ds[i];
+      dbatch.push_back(t);
+      t.seq = hs[i];
+      hbatch.push_back(t);
+    }
+    std::vector<StepSpec> step_specs;
+    for (int i = 0; i < kSeqs; ++i) {
+      if (step >= i) step_specs.push_back(specs[i]);
+    }
+    auto a = dev.VerifyStep(dbatch, step_specs);
+    auto b = host.CausalLm::VerifyStep(hbatch, step_specs);
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << " " << b.status();
+    ASSERT_EQ(a->size(), b->size());
+    int e = 0;
+    for (int i = 0; i < kSeqs; ++i) {
+      if (step < i) continue;
+      SCOPED_TRACE(absl::StrCat("step ", step, " sequence ", i));
+      EXPECT_EQ((*a)[e].path, (*b)[e].path);
+      EXPECT_EQ((*a)[e].emitted, (*b)[e].emitted);
+      accepted_deep += (*a)[e].path.size() > 1 ? 1 : 0;
+      committed[i] += static_cast<int>((*b)[e].path.size());
+      if (specs[i].prefill) committed[i] = static_cast<int>(dbatch[e].tokens.size());
+      bonus[i] = (*b)[e].emitted.back();
+      EXPECT_EQ(dev.kv_cache().num_reserved_slots(ds[i]),
+                host.kv_cache().num_reserved_slots(hs[i]));
+      ++e;
+    }
+  }
+  std::cerr << "steps that accepted a drafted node: " << accepted_deep << "\n";
+  EXPECT_GT(accepted_deep, 5) << "the commit of accepted nodes was hardly exercised";
+}
+
+TEST(CudaCausalLmTest, BadBatchesAreRefusedLikeTheCpu) {
+  SKIP_WITHOUT_GPU();
+  ModelConfig config = testing::TinyTargetConfig();
+  Pair p = Build(config, Random(config, 1));
+  ASSERT_TRUE(p.gpu);
+  const SeqId s = p.gpu->CreateSequence();
+  auto bad = p.gpu->Forward({Chain(s, 0, {1, 5000})});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+  EXPECT_NE(bad.status().message().find("token id 5000"), std::string::npos) << bad.status();
+  auto unknown = p.gpu->Forward({Chain(s + 100, 0, {1})});
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument) << unknown.status();
+  // The sequence still works afterwards.
+  auto ok = p.gpu->Forward({Chain(s, 0, {1, 2, 3})});
+  EXPECT_TRUE(ok.ok()) << ok.status();
+
+  LmOptions tp2;
+  tp2.tensor_parallel = 2;
+  auto refused = CreateCudaCausalLm(config, testing::RandomWeights(config, 1), tp2);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+}
+
+}  // namespace
+}  // namespace treespec::gpu

@@ -1,0 +1,257 @@
+#include "common/cuda/gemm.h"
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "common/cuda/device_buffer.h"
+#include "common/cuda/launch_util.h"
+#include "common/util/status_macros.h"
+
+namespace treespec::gpu {
+namespace {
+
+// The status for cuBLAS status `status` raised by `expr` at file:line, coded as
+// CudaErrorToStatus does: allocation -> kResourceExhausted, a bad value -> kInvalidArgument,
+// no usable library or GPU -> kUnavailable, no algorithm for the request -> kUnimplemented,
+// anything else -> kInternal.
+absl::Status CublasStatusToStatus(cublasStatus_t status, const char* expr, const char* file,
+                                  int line) {
+  if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  std::string message =
+      absl::StrCat(file, ":", line, ": ", expr, ": ", cublasLtGetStatusName(status), " (",
+                   cublasLtGetStatusString(status), ")");
+  switch (status) {
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return absl::ResourceExhaustedError(message);
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return absl::InvalidArgumentError(message);
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return absl::UnavailableError(message);
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return absl::UnimplementedError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
+#define CUBLAS_RETURN_IF_ERROR(expr)                                                   \
+  do {                                                                                 \
+    const cublasStatus_t treespec_cublas_status_ = (expr);                             \
+    if (treespec_cublas_status_ != CUBLAS_STATUS_SUCCESS) {                            \
+      return CublasStatusToStatus(treespec_cublas_status_, #expr, __FILE__, __LINE__); \
+    }                                                                                  \
+  } while (0)
+
+// Every pointer is promised 16-byte alignment (ValidateGemmArgs), and the heuristic is told no
+// more, so a plan's algorithm suits every call of its shape whatever the buffers' addresses.
+constexpr uint32_t kMinAlignmentBytes = 16;
+
+// The heuristic reads the bias pointer's value (never what it points to) to learn its
+// alignment; at plan time it is given this address, aligned to 16 bytes and no more, for the
+// same reason. Run sets the real pointer before every launch.
+const void* const kBiasAlignmentProbe = reinterpret_cast<const void*>(uintptr_t{16});
+
+absl::Status ValidateShape(int m, int n, int k) {
+  if (m < 1) return absl::InvalidArgumentError(absl::StrCat("GEMM m=", m, ": must be >= 1"));
+  if (n < 1) return absl::InvalidArgumentError(absl::StrCat("GEMM n=", n, ": must be >= 1"));
+  if (k < 1) return absl::InvalidArgumentError(absl::StrCat("GEMM k=", k, ": must be >= 1"));
+  if (k % 8 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GEMM k=", k, ": must be a multiple of 8 (16-byte rows of x and w)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePointer(const void* p, const char* name) {
+  if (p == nullptr) return absl::InvalidArgumentError(absl::StrCat("GEMM ", name, " is null"));
+  if (!internal::Aligned16(p)) {
+    return absl::InvalidArgumentError(absl::StrCat("GEMM ", name, "=0x",
+                                                   absl::Hex(reinterpret_cast<uintptr_t>(p)),
+                                                   ": must be 16-byte aligned"));
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status SetAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute,
+                          const T& value) {
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)));
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status SetPreference(cublasLtMatmulPreference_t preference,
+                           cublasLtMatmulPreferenceAttributes_t attribute, const T& value) {
+  CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value)));
+  return absl::OkStatus();
+}
+
+struct PreferenceDeleter {
+  void operator()(cublasLtMatmulPreferenceOpaque_t* p) const { cublasLtMatmulPreferenceDestroy(p); }
+};
+
+}  // namespace
+
+// Everything cublasLtMatmul needs for one shape except the data pointers (and the bias
+// pointer, set per call).
+struct GemmRunner::Plan {
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {
+    // Destroy errors have no one to report to.
+    if (y_layout != nullptr) cublasLtMatrixLayoutDestroy(y_layout);
+    if (x_layout != nullptr) cublasLtMatrixLayoutDestroy(x_layout);
+    if (w_layout != nullptr) cublasLtMatrixLayoutDestroy(w_layout);
+    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+  }
+
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t w_layout = nullptr;  // cuBLAS's A
+  cublasLtMatrixLayout_t x_layout = nullptr;  // cuBLAS's B
+  cublasLtMatrixLayout_t y_layout = nullptr;  // cuBLAS's C and D
+  cublasLtMatmulAlgo_t algo = {};
+};
+
+absl::Status ValidateGemmArgs(const GemmArgs& args) {
+  RETURN_IF_ERROR(ValidateShape(args.m, args.n, args.k));
+  RETURN_IF_ERROR(ValidatePointer(args.x, "x"));
+  RETURN_IF_ERROR(ValidatePointer(args.w, "w"));
+  if ((args.y_bf16 == nullptr) == (args.y_f32 == nullptr)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GEMM needs exactly one output, y_bf16 or y_f32; got ",
+                     args.y_bf16 == nullptr ? "neither" : "both"));
+  }
+  if (args.y_bf16 != nullptr) RETURN_IF_ERROR(ValidatePointer(args.y_bf16, "y_bf16"));
+  if (args.y_f32 != nullptr) RETURN_IF_ERROR(ValidatePointer(args.y_f32, "y_f32"));
+  if (args.bias != nullptr) {
+    if (args.y_f32 != nullptr) {
+      return absl::InvalidArgumentError(
+          "GEMM bias with the fp32 output y_f32: cuBLASLt's bias epilogue reads the bias in the "
+          "output's type, so a bf16 bias needs the bf16 output y_bf16 (add the bias separately "
+          "for fp32 logits)");
+    }
+    RETURN_IF_ERROR(ValidatePointer(args.bias, "bias"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Create(size_t workspace_bytes) {
+  // The workspace first: if it fails, no handle is left behind.
+  ASSIGN_OR_RETURN(DeviceBuffer<unsigned char> workspace,
+                   DeviceBuffer<unsigned char>::Create(workspace_bytes));
+  cublasLtHandle_t handle = nullptr;
+  CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&handle));
+  return std::unique_ptr<GemmRunner>(new GemmRunner(handle, std::move(workspace)));
+}
+
+GemmRunner::GemmRunner(cublasLtHandle_t handle, DeviceBuffer<unsigned char> workspace)
+    : handle_(handle), workspace_(std::move(workspace)) {}
+
+GemmRunner::~GemmRunner() {
+  plans_.clear();  // their descriptors before the handle
+  if (handle_ != nullptr) cublasLtDestroy(handle_);
+}
+
+absl::Status GemmRunner::Prepare(int m, int n, int k, bool f32_output, bool with_bias) {
+  RETURN_IF_ERROR(ValidateShape(m, n, k));
+  if (with_bias && f32_output) {
+    return absl::InvalidArgumentError("GEMM bias with the fp32 output: not supported (gemm.h)");
+  }
+  return GetOrCreatePlan(PlanKey{m, n, k, f32_output, with_bias}).status();
+}
+
+absl::StatusOr<GemmRunner::Plan*> GemmRunner::GetOrCreatePlan(const PlanKey& key) {
+  if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
+
+  // cuBLASLt is column-major, and row-major y[m, n] is column-major yᵀ [n, m]:
+  //   yᵀ = w · xᵀ, where row-major w[n, k] is column-major [k, n] (ld k) taken transposed, and
+  //   row-major x[m, k] is column-major xᵀ [k, m] (ld k) as it is.
+  // So cuBLAS's (m, n, k) is our (n, m, k), A = w with op T, B = x with op N, C = D = y (ld n),
+  // and the bias, one per row of D, is one per output feature, as wanted.
+  auto plan = std::make_unique<Plan>();
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  RETURN_IF_ERROR(SetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, int32_t{CUBLAS_OP_T}));
+  RETURN_IF_ERROR(SetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, int32_t{CUBLAS_OP_N}));
+  if (key.with_bias) {
+    RETURN_IF_ERROR(SetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                 static_cast<uint32_t>(CUBLASLT_EPILOGUE_BIAS)));
+    RETURN_IF_ERROR(SetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                 static_cast<int32_t>(CUDA_R_16BF)));
+    RETURN_IF_ERROR(
+        SetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, kBiasAlignmentProbe));
+  }
+  const uint64_t m = key.m, n = key.n, k = key.k;
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->w_layout, CUDA_R_16BF, k, n, k));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->x_layout, CUDA_R_16BF, k, m, k));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(
+      &plan->y_layout, key.f32_output ? CUDA_R_32F : CUDA_R_16BF, n, m, n));
+
+  cublasLtMatmulPreference_t raw_preference = nullptr;
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&raw_preference));
+  const std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, PreferenceDeleter> preference(
+      raw_preference);
+  RETURN_IF_ERROR(SetPreference(preference.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                static_cast<uint64_t>(workspace_.bytes())));
+  for (const cublasLtMatmulPreferenceAttributes_t attribute :
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+    RETURN_IF_ERROR(SetPreference(preference.get(), attribute, kMinAlignmentBytes));
+  }
+  // Split-K partial sums stay fp32 (in the workspace): the other schemes reduce them in the
+  // output type, i.e. in bf16 for bf16 outputs, which would break the fp32 accumulation that
+  // DESIGN §5 promises. Algorithms without split-K (scheme NONE) are always allowed.
+  RETURN_IF_ERROR(SetPreference(preference.get(), CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)));
+
+  // The heuristic's first choice (results come fastest first by its own estimate).
+  cublasLtMatmulHeuristicResult_t result = {};
+  int found = 0;
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(
+      handle_, plan->desc, plan->w_layout, plan->x_layout, plan->y_layout, plan->y_layout,
+      preference.get(), 1, &result, &found));
+  if (found < 1 || result.state != CUBLAS_STATUS_SUCCESS) {
+    return absl::UnimplementedError(absl::StrCat(
+        "cuBLASLt has no algorithm for the GEMM m=", key.m, " n=", key.n, " k=", key.k, " output ",
+        key.f32_output ? "fp32" : "bf16", key.with_bias ? " with bias" : "",
+        " within a workspace of ", workspace_.bytes(), " bytes"));
+  }
+  plan->algo = result.algo;
+  Plan* const raw = plan.get();
+  plans_.emplace(key, std::move(plan));
+  return raw;
+}
+
+absl::Status GemmRunner::Run(const GemmArgs& args, cudaStream_t stream) {
+  RETURN_IF_ERROR(ValidateGemmArgs(args));
+  const bool f32_output = args.y_f32 != nullptr;
+  ASSIGN_OR_RETURN(Plan* const plan, GetOrCreatePlan(PlanKey{args.m, args.n, args.k, f32_output,
+                                                             args.bias != nullptr}));
+  if (args.bias != nullptr) {
+    // A host-side write into the descriptor: nothing is enqueued or allocated.
+    RETURN_IF_ERROR(SetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                 static_cast<const void*>(args.bias)));
+  }
+  // Host scalars: read when the kernel is enqueued (and baked into a captured graph).
+  const float alpha = 1.0f, beta = 0.0f;  // beta = 0: y is not read, its old contents may be NaN
+  void* const y = f32_output ? static_cast<void*>(args.y_f32) : static_cast<void*>(args.y_bf16);
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle_, plan->desc, &alpha, args.w, plan->w_layout, args.x,
+                                        plan->x_layout, &beta, y, plan->y_layout, y, plan->y_layout,
+                                        &plan->algo, workspace_.data(), workspace_.bytes(),
+                                        stream));
+  return absl::OkStatus();
+}
+
+}  // namespace treespec::gpu

@@ -1,0 +1,360 @@
+// cuBLASLt GEMMs (gemm.h) against the CPU reference MatMul (+ AddBias) of common/model/cpu_ops.h:
+// fresh random bf16 inputs (the CPU gets the very same values), outputs poisoned with 0xFF
+// bytes (NaN in bf16 and fp32) plus a poisoned guard tail that must survive, sizes that are not
+// multiples of any tile. Also: one plan per shape, reused; a captured CUDA graph replays the
+// eager result bit for bit; bad arguments are InvalidArgument. The GPU tests skip without a
+// CUDA device; argument validation needs none. Tolerances and seeds as in cuda_test_util.h.
+#include "common/cuda/gemm.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "common/cuda/cuda_check.h"
+#include "common/cuda/cuda_test_util.h"
+#include "common/cuda/device_buffer.h"
+#include "common/model/cpu_ops.h"
+#include "gtest/gtest.h"
+
+namespace treespec::gpu {
+namespace {
+using namespace ::treespec::gpu::testing;  // NOLINT: test scaffolding
+
+constexpr uint32_t kPoisonF32Bits = 0xFFFFFFFF;  // 0xFF bytes: an fp32 NaN
+
+float PoisonF32() {
+  float f;
+  std::memcpy(&f, &kPoisonF32Bits, sizeof(f));
+  return f;
+}
+uint32_t BitsF32(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+// CudaTest's poisoned buffers and downloads, for fp32 outputs too.
+class GemmTest : public CudaTest {
+ protected:
+  absl::StatusOr<DeviceBuffer<float>> PoisonedF32(size_t count) {
+    return Upload(std::vector<float>(count, PoisonF32()));
+  }
+  absl::StatusOr<std::vector<float>> DownloadF32(const DeviceBuffer<float>& buffer) {
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    std::vector<float> host(buffer.size());
+    if (absl::Status s = buffer.CopyToHost(absl::MakeSpan(host)); !s.ok()) return s;
+    return host;
+  }
+};
+
+void ExpectGuardIntactF32(const std::vector<float>& got, size_t payload) {
+  ASSERT_EQ(got.size(), payload + kGuard);
+  for (size_t i = payload; i < got.size(); ++i) {
+    ASSERT_EQ(BitsF32(got[i]), kPoisonF32Bits) << "write past the end at element " << i - payload;
+  }
+}
+
+// ---- Against the CPU. Products of two bf16 values are exact in fp32 (8-bit significands), so
+// both sides only round sums; let S = Σ_k |x||w| for the element (computed by MatMul from |x|
+// and |w|; its own error is second order and covered by the slack below).
+//  - GPU: fp32 accumulation, but tensor cores add a block of b >= 4 products to the
+//    accumulator by aligning all to the largest and truncating rather than rounding (Fasi,
+//    Higham, Mikaitis, Pranesh 2021): each of the b + 1 addends loses under one ulp (2e
+//    relative) of the largest, which is <= S, and the normalised sum once more, so a block
+//    costs (b + 2)·2e·S and the k/b blocks (1 + 2/b)·2·k·e·S <= 3·k·e·S; split-K partial sums
+//    stay fp32 (gemm.cc restricts the reduction scheme), which the same bound covers.
+//  - CPU MatMul: 8 lanes of k/8 terms, then 3 levels of lane sums: (k/8 + 3)·e·S.
+//  - bias: one fp32 add on each side, e·(S + |b|) each.
+// d = (3k + k/8 + 8)·e·S + 2e·|b| (the 8 collects the 3, the bias's 2 and slack). The bf16
+// output rounds once: |got - ref| <= u·|ref| + (1 + u)·d; the fp32 output is the fp32
+// result itself: |got - ref| <= d.
+double GemmD(int k, double abs_sum, double bias) {
+  return (3.0 * k + k / 8.0 + 8) * kFp32U * abs_sum + 2 * kFp32U * std::abs(bias);
+}
+
+TEST_F(GemmTest, MatchesCpu) {
+  SCOPED_TRACE(absl::StrCat("seed ", Seed()));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GemmRunner> gemm,
+                       GemmRunner::Create(kDefaultGemmWorkspaceBytes));
+  constexpr int kMs[] = {1, 3, 17, 64, 255};
+  constexpr int kMaxM = 255;  // x holds kMaxM rows; a run with m rows reads the first m
+  struct Shape {
+    int n, k;
+  };
+  // (1000, 264): neither a multiple of the usual 64/128/256 tiles; (4096 + 8, 4096): a Llama
+  // hidden size with a ragged output; (13, 8): odd n (bf16 rows of y 26 bytes apart) and one
+  // 16-byte step of k.
+  for (const Shape s : {Shape{1000, 264}, Shape{4096 + 8, 4096}, Shape{13, 8}}) {
+    SCOPED_TRACE(absl::StrCat("n ", s.n, " k ", s.k));
+    const Bf16Data x = RandomBf16(rng_, static_cast<size_t>(kMaxM) * s.k, 1.0f);
+    const Bf16Data w = RandomBf16(rng_, static_cast<size_t>(s.n) * s.k, 1.0f);
+    const Bf16Data bias = RandomBf16(rng_, s.n, 1.0f);
+
+    // CPU: y = x·wᵀ, y + bias, and S = |x|·|w|ᵀ for the bounds, all [kMaxM, n].
+    const size_t ref_count = static_cast<size_t>(kMaxM) * s.n;
+    std::vector<float> ref(ref_count), ref_bias(ref_count), abs_sum(ref_count);
+    MatMul(x.f.data(), w.f.data(), kMaxM, s.n, s.k, ref.data());
+    ref_bias = ref;
+    AddBias(bias.f.data(), kMaxM, s.n, ref_bias.data());
+    {
+      std::vector<float> x_abs = x.f, w_abs = w.f;
+      for (float& v : x_abs) v = std::abs(v);
+      for (float& v : w_abs) v = std::abs(v);
+      MatMul(x_abs.data(), w_abs.data(), kMaxM, s.n, s.k, abs_sum.data());
+    }
+
+    ASSERT_OK_AND_ASSIGN(auto d_x, Upload(x.bf));
+    ASSERT_OK_AND_ASSIGN(auto d_w, Upload(w.bf));
+    ASSERT_OK_AND_ASSIGN(auto d_bias, Upload(bias.bf));
+    double worst = 0;  // largest |got - ref| / tolerance over this shape's runs
+    for (const int m : kMs) {
+      // bf16 without and with bias, fp32 without (fp32 + bias is refused: see the last test).
+      for (const bool f32_output : {false, true}) {
+        for (const bool with_bias : {false, true}) {
+          if (f32_output && with_bias) continue;
+          SCOPED_TRACE(
+              absl::StrCat("m ", m, f32_output ? " fp32" : " bf16", with_bias ? " with bias" : ""));
+          const size_t count = static_cast<size_t>(m) * s.n;
+          GemmArgs args{.m = m,
+                        .n = s.n,
+                        .k = s.k,
+                        .x = d_x.data(),
+                        .w = d_w.data(),
+                        .bias = with_bias ? d_bias.data() : nullptr};
+          std::vector<double> got(count);
+          if (f32_output) {
+            ASSERT_OK_AND_ASSIGN(auto d_y, PoisonedF32(count));
+            args.y_f32 = d_y.data();
+            ASSERT_OK(gemm->Run(args, stream_));
+            ASSERT_OK_AND_ASSIGN(const std::vector<float> y, DownloadF32(d_y));
+            ExpectGuardIntactF32(y, count);
+            std::copy(y.begin(), y.begin() + count, got.begin());
+          } else {
+            ASSERT_OK_AND_ASSIGN(auto d_y, Poisoned(count));
+            args.y_bf16 = d_y.data();
+            ASSERT_OK(gemm->Run(args, stream_));
+            ASSERT_OK_AND_ASSIGN(const std::vector<bf16> y, Download(d_y));
+            ExpectGuardIntact(y, count);
+            for (size_t i = 0; i < count; ++i) got[i] = ToFloat(y[i]);
+          }
+          const std::vector<float>& want = with_bias ? ref_bias : ref;
+          for (size_t i = 0; i < count; ++i) {
+            const int col = static_cast<int>(i % s.n);
+            const double d = GemmD(s.k, abs_sum[i], with_bias ? bias.f[col] : 0.0);
+            // Measured on the H200: with a bias and bf16 output, cuBLASLt rounds x·wᵀ to bf16
+            // before adding the bias, so that case may carry one more rounding of |x·wᵀ|.
+            const double product = std::abs(want[i] - (with_bias ? bias.f[col] : 0.0f));
+            const double tol = f32_output ? d
+                                          : kBf16U * std::abs(want[i]) + (1 + kBf16U) * d +
+                                                (with_bias ? kBf16U * product : 0.0);
+            const double err = std::abs(got[i] - want[i]);  // NaN fails the next line too
+            ASSERT_LE(err, tol) << "row " << i / s.n << " col " << col << ": got " << got[i]
+                                << " want " << want[i] << " (S " << abs_sum[i] << ")";
+            worst = std::max(worst, err / tol);
+          }
+        }
+      }
+    }
+    std::cerr << "GEMM n " << s.n << " k " << s.k << ": largest error " << worst
+              << " of its tolerance\n";
+  }
+  EXPECT_EQ(gemm->plan_count(), 3 * 5 * 3);  // one per (shape, m, output, bias)
+}
+
+// ---- Plans: one per (m, n, k, output type, bias or not), built on first use or by Prepare,
+// and reused whatever the pointers; a repeated run gives the same bits.
+TEST_F(GemmTest, RepeatedShapeReusesItsPlan) {
+  constexpr int kM = 17, kN = 1000, kK = 264;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GemmRunner> gemm,
+                       GemmRunner::Create(kDefaultGemmWorkspaceBytes));
+  EXPECT_EQ(gemm->plan_count(), 0);
+  EXPECT_EQ(gemm->workspace_bytes(), kDefaultGemmWorkspaceBytes);
+  const Bf16Data x = RandomBf16(rng_, static_cast<size_t>(64) * kK, 1.0f);
+  const Bf16Data w = RandomBf16(rng_, static_cast<size_t>(kN) * kK, 1.0f);
+  const Bf16Data bias = RandomBf16(rng_, kN, 1.0f);
+  ASSERT_OK_AND_ASSIGN(auto d_x, Upload(x.bf));
+  ASSERT_OK_AND_ASSIGN(auto d_w, Upload(w.bf));
+  ASSERT_OK_AND_ASSIGN(auto d_bias, Upload(bias.bf));
+  ASSERT_OK_AND_ASSIGN(auto d_bias2, Upload(bias.bf));
+  ASSERT_OK_AND_ASSIGN(auto d_a, Poisoned(static_cast<size_t>(64) * kN));
+  ASSERT_OK_AND_ASSIGN(auto d_b, Poisoned(static_cast<size_t>(64) * kN));
+  ASSERT_OK_AND_ASSIGN(auto d_f32, PoisonedF32(static_cast<size_t>(64) * kN));
+
+  GemmArgs args{.m = kM, .n = kN, .k = kK, .x = d_x.data(), .w = d_w.data(), .y_bf16 = d_a.data()};
+  ASSERT_OK(gemm->Run(args, stream_));
+  EXPECT_EQ(gemm->plan_count(), 1);
+  args.y_bf16 = d_b.data();  // same shape, another output: the same plan
+  ASSERT_OK(gemm->Run(args, stream_));
+  EXPECT_EQ(gemm->plan_count(), 1);
+  ASSERT_OK_AND_ASSIGN(const std::vector<bf16> a, Download(d_a));
+  ASSERT_OK_AND_ASSIGN(const std::vector<bf16> b, Download(d_b));
+  for (size_t i = 0; i < static_cast<size_t>(kM) * kN; ++i) {
+    ASSERT_EQ(Bits(a[i]), Bits(b[i])) << "repeated run differs at element " << i;
+  }
+
+  args.m = 3;  // another m
+  ASSERT_OK(gemm->Run(args, stream_));
+  EXPECT_EQ(gemm->plan_count(), 2);
+  args.bias = d_bias.data();  // with bias
+  ASSERT_OK(gemm->Run(args, stream_));
+  EXPECT_EQ(gemm->plan_count(), 3);
+  args.bias = d_bias2.data();  // another bias pointer: the same plan
+  ASSERT_OK(gemm->Run(args, stream_));
+  EXPECT_EQ(gemm->plan_count(), 3);
+  args.bias = nullptr;  // fp32 output
+  args.y_bf16 = nullptr;
+  args.y_f32 = d_f32.data();
+  ASSERT_OK(gemm->Run(args, stream_));
+  EXPECT_EQ(gemm->plan_count(), 4);
+
+  ASSERT_OK(gemm->Prepare(64, kN, kK, /*f32_output=*/false, /*with_bias=*/true));
+  EXPECT_EQ(gemm->plan_count(), 5);
+  ASSERT_OK(gemm->Prepare(64, kN, kK, /*f32_output=*/false, /*with_bias=*/true));
+  EXPECT_EQ(gemm->plan_count(), 5);
+  ASSERT_OK(gemm->Run({.m = 64,
+                       .n = kN,
+                       .k = kK,
+                       .x = d_x.data(),
+                       .w = d_w.data(),
+                       .bias = d_bias.data(),
+                       .y_bf16 = d_a.data()},
+                      stream_));
+  EXPECT_EQ(gemm->plan_count(), 5);
+
+  // Refused calls build nothing.
+  args.k = 12;
+  EXPECT_EQ(gemm->Run(args, stream_).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gemm->Prepare(1, kN, kK, /*f32_output=*/true, /*with_bias=*/true).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gemm->Prepare(0, kN, kK, false, false).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gemm->plan_count(), 5);
+  ASSERT_CUDA(cudaStreamSynchronize(stream_));
+}
+
+// ---- Graph capture: after an eager run per shape, Run captures into a CUDA graph under the
+// strictest capture mode (any unsafe call, such as an allocation or a sync, fails it), and the
+// replay writes the eager run's bits.
+TEST_F(GemmTest, CapturedGraphReplaysEagerResult) {
+  constexpr int kM = 17, kN = 1000, kK = 264;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GemmRunner> gemm,
+                       GemmRunner::Create(kDefaultGemmWorkspaceBytes));
+  const Bf16Data x = RandomBf16(rng_, static_cast<size_t>(kM) * kK, 1.0f);
+  const Bf16Data w = RandomBf16(rng_, static_cast<size_t>(kN) * kK, 1.0f);
+  const Bf16Data bias = RandomBf16(rng_, kN, 1.0f);
+  ASSERT_OK_AND_ASSIGN(auto d_x, Upload(x.bf));
+  ASSERT_OK_AND_ASSIGN(auto d_w, Upload(w.bf));
+  ASSERT_OK_AND_ASSIGN(auto d_bias, Upload(bias.bf));
+  const size_t count = static_cast<size_t>(kM) * kN;
+  ASSERT_OK_AND_ASSIGN(auto eager_bf16, Poisoned(count));
+  ASSERT_OK_AND_ASSIGN(auto eager_f32, PoisonedF32(count));
+  ASSERT_OK_AND_ASSIGN(auto graph_bf16, Poisoned(count));
+  ASSERT_OK_AND_ASSIGN(auto graph_f32, PoisonedF32(count));
+  const GemmArgs base{.m = kM, .n = kN, .k = kK, .x = d_x.data(), .w = d_w.data()};
+  GemmArgs with_bias = base, logits = base;
+  with_bias.bias = d_bias.data();
+
+  with_bias.y_bf16 = eager_bf16.data();
+  logits.y_f32 = eager_f32.data();
+  ASSERT_OK(gemm->Run(with_bias, stream_));
+  ASSERT_OK(gemm->Run(logits, stream_));
+  ASSERT_CUDA(cudaStreamSynchronize(stream_));
+  ASSERT_EQ(gemm->plan_count(), 2);
+
+  with_bias.y_bf16 = graph_bf16.data();
+  logits.y_f32 = graph_f32.data();
+  cudaGraph_t graph = nullptr;
+  ASSERT_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal));
+  const absl::Status run_bias = gemm->Run(with_bias, stream_);
+  const absl::Status run_logits = gemm->Run(logits, stream_);
+  const cudaError_t end = cudaStreamEndCapture(stream_, &graph);  // always end the capture
+  std::unique_ptr<CUgraph_st, cudaError_t (*)(cudaGraph_t)> graph_owner(graph, cudaGraphDestroy);
+  ASSERT_OK(run_bias);
+  ASSERT_OK(run_logits);
+  ASSERT_CUDA(end);
+  EXPECT_EQ(gemm->plan_count(), 2);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  std::unique_ptr<CUgraphExec_st, cudaError_t (*)(cudaGraphExec_t)> exec_owner(
+      exec, cudaGraphExecDestroy);
+  for (int replay = 0; replay < 2; ++replay) ASSERT_CUDA(cudaGraphLaunch(exec, stream_));
+
+  ASSERT_OK_AND_ASSIGN(const std::vector<bf16> want_bf16, Download(eager_bf16));
+  ASSERT_OK_AND_ASSIGN(const std::vector<bf16> got_bf16, Download(graph_bf16));
+  ASSERT_OK_AND_ASSIGN(const std::vector<float> want_f32, DownloadF32(eager_f32));
+  ASSERT_OK_AND_ASSIGN(const std::vector<float> got_f32, DownloadF32(graph_f32));
+  for (size_t i = 0; i < count; ++i) {
+    ASSERT_EQ(Bits(got_bf16[i]), Bits(want_bf16[i])) << "bf16 output with bias, element " << i;
+    ASSERT_EQ(BitsF32(got_f32[i]), BitsF32(want_f32[i])) << "fp32 output, element " << i;
+  }
+  ExpectGuardIntact(got_bf16, count);
+  ExpectGuardIntactF32(got_f32, count);
+}
+
+// ---- Argument validation reads no device memory, so it is checked with made-up (aligned)
+// addresses and runs without a GPU. Each refusal is InvalidArgument naming the bad value.
+TEST(GemmArgsTest, BadArgumentsAreInvalidArgument) {
+  const auto at = [](uintptr_t address) { return reinterpret_cast<bf16*>(address); };
+  const GemmArgs good{.m = 3,
+                      .n = 1000,
+                      .k = 264,
+                      .x = at(0x1000),
+                      .w = at(0x2000),
+                      .bias = at(0x3000),
+                      .y_bf16 = at(0x4000)};
+  ASSERT_OK(ValidateGemmArgs(good));
+  GemmArgs f32_good = good;
+  f32_good.bias = nullptr;
+  f32_good.y_bf16 = nullptr;
+  f32_good.y_f32 = reinterpret_cast<float*>(uintptr_t{0x5000});
+  ASSERT_OK(ValidateGemmArgs(f32_good));
+
+  struct Case {
+    const char* what;
+    std::function<void(GemmArgs&)> change;
+    const char* message;  // a part of the error message
+  };
+  const Case cases[] = {
+      {"m 0", [](GemmArgs& a) { a.m = 0; }, "m=0"},
+      {"n negative", [](GemmArgs& a) { a.n = -1; }, "n=-1"},
+      {"k 0", [](GemmArgs& a) { a.k = 0; }, "k=0"},
+      {"k not a multiple of 8", [](GemmArgs& a) { a.k = 12; }, "k=12"},
+      {"x null", [](GemmArgs& a) { a.x = nullptr; }, "x is null"},
+      {"w misaligned", [&](GemmArgs& a) { a.w = at(0x2002); }, "w=0x2002"},
+      {"bias misaligned", [&](GemmArgs& a) { a.bias = at(0x3008); }, "bias=0x3008"},
+      {"y misaligned", [&](GemmArgs& a) { a.y_bf16 = at(0x4004); }, "y_bf16=0x4004"},
+      {"no output", [](GemmArgs& a) { a.y_bf16 = nullptr; }, "neither"},
+      {"two outputs", [](GemmArgs& a) { a.y_f32 = reinterpret_cast<float*>(uintptr_t{0x5000}); },
+       "both"},
+      {"bias with fp32 output",
+       [](GemmArgs& a) {
+         a.y_bf16 = nullptr;
+         a.y_f32 = reinterpret_cast<float*>(uintptr_t{0x5000});
+       },
+       "fp32"},
+  };
+  for (const Case& c : cases) {
+    GemmArgs args = good;
+    c.change(args);
+    const absl::Status status = ValidateGemmArgs(args);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.what << ": " << status;
+    EXPECT_NE(status.message().find(c.message), absl::string_view::npos)
+        << c.what << ": " << status;
+  }
+}
+
+}  // namespace
+}  // namespace treespec::gpu

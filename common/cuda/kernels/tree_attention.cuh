@@ -1,0 +1,427 @@
+// Tree attention over the paged KV cache (DESIGN §3 step 2), one CTA per AttnWorkItem of a
+// plan (tree_attention_plan.h). mma.sync + ldmatrix + cp.async only, so the same body runs on
+// sm_90a and sm_120.
+//
+// A CTA holds a query tile of kAttnTileRows rows (4 warps × 16 rows; a row is one (query node,
+// q head) pair of one KV head) and streams its key range in tiles of kAttnTileKeys keys through
+// a multistage cp.async pipeline: S = Q·Kᵀ and O += P·V on tensor cores (bf16 in, fp32
+// accumulate), online softmax in fp32 in the log2 domain. Keys below the committed length L
+// are visible to every row; a tree key L + j is visible to node i iff bit j of the ancestor
+// mask row i is set (a chain: iff j <= i). When the plan splits a tile's keys over several
+// CTAs, each writes its normalised partial output and log-sum-exp; the last to finish (a
+// per-tile semaphore) merges them and resets the semaphore for the next launch.
+//
+// Shared memory rows are 16-byte chunks XOR-swizzled by row so that the 8 row addresses of
+// every ldmatrix hit 8 different bank groups.
+#ifndef TREESPEC_COMMON_CUDA_KERNELS_TREE_ATTENTION_CUH_
+#define TREESPEC_COMMON_CUDA_KERNELS_TREE_ATTENTION_CUH_
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "common/cuda/kernels/mma.cuh"
+#include "common/cuda/paged_kv.h"
+#include "common/cuda/tree_attention_plan.h"
+
+namespace treespec::gpu::kernels {
+
+inline constexpr int kAttnWarps = kAttnTileRows / 16;
+inline constexpr int kAttnThreads = kAttnWarps * 32;
+
+// Pipeline depth: as many stages as keep two CTAs resident per SM (227 KiB per SM).
+template <int kHeadDim>
+__host__ __device__ constexpr int AttnStages() {
+  return kHeadDim >= 128 ? 3 : 4;
+}
+
+struct TreeAttentionArgs {
+  const __nv_bfloat16* q;  // [query rows, num_q_heads, D]
+  __nv_bfloat16* out;      // [query rows, num_q_heads, D]
+  KvLayerView kv;
+  const AttnSeqInfo* seqs;
+  const AttnWorkItem* items;
+  const int32_t* num_items;  // CTAs past *num_items exit (the grid may be a fixed capacity)
+  const int32_t* page_table;
+  const uint64_t* masks;
+  float* partial_out;   // [partial slots, kAttnTileRows, D]
+  float* partial_lse;   // [partial slots, kAttnTileRows], log2 domain
+  int32_t* semaphores;  // [partial slots], zero between launches
+  int num_q_heads;
+  int group_size;
+  int q_head_shift;
+  float scale_log2;  // softmax scale × log2(e)
+};
+
+template <int kHeadDim>
+__host__ __device__ constexpr int AttnSharedBytes() {
+  return (1 + 2 * AttnStages<kHeadDim>()) * kAttnTileRows * kHeadDim * 2;
+}
+// The merge keeps one weight per (split, row) in the K/V stage buffers.
+static_assert(kAttnMaxSplits * kAttnTileRows * 4 <= 2 * AttnStages<32>() * kAttnTileRows * 32 * 2,
+              "merge weights must fit the smallest head dim's stage buffers");
+
+// Element offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows, kHeadDim] tile.
+template <int kHeadDim>
+__device__ __forceinline__ int SwizzledOffset(int row, int chunk) {
+  constexpr int kChunks = kHeadDim / 8;
+  static_assert(kChunks == 4 || kChunks % 8 == 0, "head_dim is 32 or a multiple of 64");
+  const int phys = kChunks >= 8 ? (chunk ^ (row & 7)) : (chunk ^ ((row >> 1) & 3));
+  return row * kHeadDim + phys * 8;
+}
+
+// 2^x by the hardware's approximation (relative error ~2^-22; 2^-inf = 0, as the softmax of
+// masked keys needs).
+__device__ __forceinline__ float FastExp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ float QuadMax(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float QuadSum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+template <int kHeadDim>
+__global__ void __launch_bounds__(kAttnThreads) TreeAttentionKernel(const TreeAttentionArgs args) {
+  constexpr int D = kHeadDim;
+  constexpr int kStages = AttnStages<D>();
+  constexpr int kChunks = D / 8;              // 16-byte chunks per row
+  constexpr int kKTiles = D / 16;             // k steps of Q·Kᵀ
+  constexpr int kNTiles = kAttnTileKeys / 8;  // 8-key column tiles of S
+  constexpr int kDTiles = D / 8;              // 8-wide column tiles of O
+  constexpr int kTileElems = kAttnTileRows * D;
+  // Each thread copies the same chunk column of kKeysPerThread keys of every key tile.
+  constexpr int kKeysPerThread = kAttnTileKeys * kChunks / kAttnThreads;
+  constexpr int kKeyStride = kAttnThreads / kChunks;
+  static_assert(kAttnThreads % kChunks == 0 && kKeysPerThread * kKeyStride == kAttnTileKeys);
+
+  if (static_cast<int>(blockIdx.x) >= *args.num_items) return;
+  const AttnWorkItem item = args.items[blockIdx.x];
+  const AttnSeqInfo seq = args.seqs[item.seq];
+  const int q_head0 = max(0, item.kv_head * args.group_size - args.q_head_shift);
+  const int heads_here =
+      min(args.num_q_heads, (item.kv_head + 1) * args.group_size - args.q_head_shift) - q_head0;
+  const int rows_total = (seq.num_nodes - seq.first_query) * heads_here;
+  const int rows_here = min(kAttnTileRows, rows_total - item.row_begin);
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* const q_smem = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  __nv_bfloat16* const k_smem = q_smem + kTileElems;            // [stages][tile]
+  __nv_bfloat16* const v_smem = k_smem + kStages * kTileElems;  // [stages][tile]
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+
+  // Query tile: row r is node first_query + (row_begin + r) / heads_here, head
+  // q_head0 + (row_begin + r) % heads_here; rows past the end read zeros.
+  for (int idx = tid; idx < kAttnTileRows * kChunks; idx += kAttnThreads) {
+    const int r = idx / kChunks, chunk = idx % kChunks;
+    const int tr = item.row_begin + r;
+    const bool valid = r < rows_here;
+    const int node_row = valid ? tr / heads_here : 0;  // query index within the sequence
+    const int head = q_head0 + (valid ? tr % heads_here : 0);
+    const __nv_bfloat16* src =
+        args.q + (static_cast<int64_t>(seq.q_row_begin + node_row) * args.num_q_heads + head) * D +
+        chunk * 8;
+    CpAsync16(SharedAddress(q_smem + SwizzledOffset<D>(r, chunk)), src, valid ? 16 : 0);
+  }
+
+  // K/V tiles: the page ids of a tile are read one tile before its copies are issued, so the
+  // page-table lookup never stalls the copy engine of the pipeline.
+  const int num_key_tiles = (item.key_end - item.key_begin + kAttnTileKeys - 1) / kAttnTileKeys;
+  const int my_chunk = tid % kChunks, my_key = tid / kChunks;
+  const int* const pages = args.page_table + seq.page_begin;
+  const int page_shift = __ffs(args.kv.page_size) - 1;  // page sizes are powers of two
+  const int slot_mask = args.kv.page_size - 1;
+  const int64_t page_stride = static_cast<int64_t>(args.kv.num_kv_heads) * args.kv.page_size * D;
+  const int64_t head_base =
+      static_cast<int64_t>(item.kv_head) * args.kv.page_size * D + my_chunk * 8;
+  auto fetch_pages = [&](int tile, int(&page)[kKeysPerThread]) {
+#pragma unroll
+    for (int j = 0; j < kKeysPerThread; ++j) {
+      const int key = item.key_begin + tile * kAttnTileKeys + my_key + j * kKeyStride;
+      page[j] = tile < num_key_tiles && key < item.key_end ? pages[key >> page_shift] : -1;
+    }
+  };
+  auto issue_copies = [&](int tile, const int(&page)[kKeysPerThread]) {
+    const int stage = tile % kStages;
+    __nv_bfloat16* const ks = k_smem + stage * kTileElems;
+    __nv_bfloat16* const vs = v_smem + stage * kTileElems;
+#pragma unroll
+    for (int j = 0; j < kKeysPerThread; ++j) {
+      const int r = my_key + j * kKeyStride;
+      const int key = item.key_begin + tile * kAttnTileKeys + r;
+      const bool valid = page[j] >= 0;
+      const int64_t offset =
+          (valid ? page[j] * page_stride : 0) + head_base + (key & slot_mask) * D;
+      const int dst = SwizzledOffset<D>(r, my_chunk);
+      CpAsync16(SharedAddress(ks + dst), args.kv.k + offset, valid ? 16 : 0);
+      CpAsync16(SharedAddress(vs + dst), args.kv.v + offset, valid ? 16 : 0);
+    }
+  };
+  int next_pages[kKeysPerThread];
+#pragma unroll
+  for (int t = 0; t < kStages - 1; ++t) {
+    fetch_pages(t, next_pages);
+    if (t < num_key_tiles) issue_copies(t, next_pages);
+    CpAsyncCommit();  // group t (group 0 also carries Q); empty past the last tile
+  }
+  fetch_pages(kStages - 1, next_pages);
+
+  // This thread's two rows of the warp's 16: g and g + 8.
+  const int g = lane / 4, c = 2 * (lane % 4);
+  int node[2];
+  bool row_valid[2];
+  const uint64_t* mask_rows[2] = {nullptr, nullptr};
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = warp * 16 + g + 8 * i;
+    row_valid[i] = r < rows_here;
+    node[i] = row_valid[i] ? seq.first_query + (item.row_begin + r) / heads_here : -1;
+    if (seq.mask_begin >= 0 && row_valid[i]) {
+      mask_rows[i] = args.masks + seq.mask_begin + static_cast<int64_t>(node[i]) * seq.mask_words;
+    }
+  }
+
+  uint32_t q_frag[kKTiles][4];
+  float o[kDTiles][4];
+#pragma unroll
+  for (int t = 0; t < kDTiles; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
+  // Running max of the raw scores (the scale is applied inside exp2) and this thread's share
+  // of the running sum, per row.
+  float m[2] = {-INFINITY, -INFINITY};
+  float l[2] = {0.0f, 0.0f};
+
+  for (int tile = 0; tile < num_key_tiles; ++tile) {
+    CpAsyncWait<kStages - 2>();
+    __syncthreads();  // tile's stage is full; every warp is done with the previous stage
+    if (tile + kStages - 1 < num_key_tiles) issue_copies(tile + kStages - 1, next_pages);
+    CpAsyncCommit();
+    fetch_pages(tile + kStages, next_pages);
+    if (warp * 16 >= rows_here) continue;  // this warp's rows are all padding: copies only
+    if (tile == 0) {
+#pragma unroll
+      for (int kk = 0; kk < kKTiles; ++kk) {
+        const int mi = lane / 8;
+        const int r = warp * 16 + (lane % 8) + (mi % 2) * 8;
+        LdMatrixX4(q_frag[kk], SharedAddress(q_smem + SwizzledOffset<D>(r, kk * 2 + mi / 2)));
+      }
+    }
+    const __nv_bfloat16* const ks = k_smem + (tile % kStages) * kTileElems;
+    const __nv_bfloat16* const vs = v_smem + (tile % kStages) * kTileElems;
+
+    // S = Q · Kᵀ for the warp's 16 rows × the tile's keys.
+    float s[kNTiles][4];
+#pragma unroll
+    for (int t = 0; t < kNTiles; ++t) s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < kKTiles; ++kk) {
+#pragma unroll
+      for (int np = 0; np < kNTiles / 2; ++np) {
+        const int mi = lane / 8;
+        const int key_row = (2 * np + mi / 2) * 8 + lane % 8;
+        uint32_t b[4];
+        LdMatrixX4(b, SharedAddress(ks + SwizzledOffset<D>(key_row, kk * 2 + mi % 2)));
+        MmaBf16(s[2 * np], q_frag[kk], b[0], b[1]);
+        MmaBf16(s[2 * np + 1], q_frag[kk], b[2], b[3]);
+      }
+    }
+
+    // Mask (only tiles that reach the tree slots or the end of the range), then the online
+    // softmax in fp32 (P is rounded to bf16 for P·V only).
+    const int key0 = item.key_begin + tile * kAttnTileKeys;
+    if (key0 + kAttnTileKeys > min(item.key_end, seq.prefix_len)) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+#pragma unroll
+        for (int t = 0; t < kNTiles; ++t) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int key = key0 + t * 8 + c + e;
+            bool visible = key < item.key_end;
+            if (visible && key >= seq.prefix_len) {
+              const int j = key - seq.prefix_len;
+              if (!row_valid[i]) {
+                visible = false;
+              } else if (mask_rows[i] == nullptr) {
+                visible = j <= node[i];
+              } else {
+                visible = (mask_rows[i][j / 64] >> (j % 64)) & 1;
+              }
+            }
+            if (!visible) s[t][2 * i + e] = -INFINITY;
+          }
+        }
+      }
+    }
+    uint32_t p[kNTiles][2];  // bf16 pairs: [n tile][row g, row g + 8]
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float row_max = -INFINITY;
+#pragma unroll
+      for (int t = 0; t < kNTiles; ++t)
+        row_max = fmaxf(row_max, fmaxf(s[t][2 * i], s[t][2 * i + 1]));
+      const float m_new = fmaxf(m[i], QuadMax(row_max));
+      // A row with nothing visible yet keeps p = 0 (exp2(-inf)) without NaNs.
+      const float offset = m_new == -INFINITY ? 0.0f : m_new * args.scale_log2;
+      const float correction = FastExp2(fmaf(m[i], args.scale_log2, -offset));
+      m[i] = m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int t = 0; t < kNTiles; ++t) {
+        const float p0 = FastExp2(fmaf(s[t][2 * i], args.scale_log2, -offset));
+        const float p1 = FastExp2(fmaf(s[t][2 * i + 1], args.scale_log2, -offset));
+        p[t][i] = PackBf16(p0, p1);
+        sum += p0 + p1;
+      }
+      l[i] = l[i] * correction + sum;
+#pragma unroll
+      for (int t = 0; t < kDTiles; ++t) {
+        o[t][2 * i] *= correction;
+        o[t][2 * i + 1] *= correction;
+      }
+    }
+
+    // O += P · V: P's accumulator layout is the A-fragment layout of m16n8k16.
+#pragma unroll
+    for (int kk = 0; kk < kAttnTileKeys / 16; ++kk) {
+      const uint32_t a[4] = {p[2 * kk][0], p[2 * kk][1], p[2 * kk + 1][0], p[2 * kk + 1][1]};
+#pragma unroll
+      for (int dp = 0; dp < kDTiles / 2; ++dp) {
+        const int mi = lane / 8;
+        const int key_row = kk * 16 + (mi % 2) * 8 + lane % 8;
+        uint32_t b[4];
+        LdMatrixX4Trans(b, SharedAddress(vs + SwizzledOffset<D>(key_row, 2 * dp + mi / 2)));
+        MmaBf16(o[2 * dp], a, b[0], b[1]);
+        MmaBf16(o[2 * dp + 1], a, b[2], b[3]);
+      }
+    }
+  }
+  CpAsyncWait<0>();  // no copy may land in shared memory the merge reuses
+  __syncthreads();
+
+  // Finish: full row sums, then the output or this split's partial result.
+  float inv_l[2];
+  for (int i = 0; i < 2; ++i) {
+    l[i] = QuadSum(l[i]);
+    inv_l[i] = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+  }
+  if (item.num_splits == 1) {
+    for (int i = 0; i < 2; ++i) {
+      if (!row_valid[i]) continue;
+      const int tr = item.row_begin + warp * 16 + g + 8 * i;
+      __nv_bfloat16* const dst =
+          args.out +
+          (static_cast<int64_t>(seq.q_row_begin + tr / heads_here) * args.num_q_heads + q_head0 +
+           tr % heads_here) *
+              D +
+          c;
+#pragma unroll
+      for (int t = 0; t < kDTiles; ++t) {
+        *reinterpret_cast<__nv_bfloat162*>(dst + t * 8) =
+            __floats2bfloat162_rn(o[t][2 * i] * inv_l[i], o[t][2 * i + 1] * inv_l[i]);
+      }
+    }
+    return;
+  }
+
+  const int slot = item.partial_base + item.split;
+  for (int i = 0; i < 2; ++i) {
+    const int r = warp * 16 + g + 8 * i;
+    float* const dst = args.partial_out + (static_cast<int64_t>(slot) * kAttnTileRows + r) * D + c;
+#pragma unroll
+    for (int t = 0; t < kDTiles; ++t) {
+      __stcg(reinterpret_cast<float2*>(dst + t * 8),
+             make_float2(o[t][2 * i] * inv_l[i], o[t][2 * i + 1] * inv_l[i]));
+    }
+    if (lane % 4 == 0) {
+      __stcg(args.partial_lse + static_cast<int64_t>(slot) * kAttnTileRows + r,
+             l[i] > 0.0f ? fmaf(m[i], args.scale_log2, log2f(l[i])) : -INFINITY);
+    }
+  }
+  __threadfence();
+  __syncthreads();
+  __shared__ bool is_last;
+  if (tid == 0) {
+    is_last = atomicAdd(args.semaphores + item.partial_base, 1) == item.num_splits - 1;
+    if (is_last) args.semaphores[item.partial_base] = 0;  // every split has arrived
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+
+  // Merge the splits by log-sum-exp. The pipeline's shared memory is free now. First every
+  // split's log-sum-exp per row is gathered with all loads in flight, then turned into
+  // weights; then each thread owns one 4-column group of D/8 rows and walks the splits,
+  // keeping D/8 independent loads in flight per split.
+  float* const weights = reinterpret_cast<float*>(k_smem);  // [num_splits][kAttnTileRows]
+  float* const inv_sum = reinterpret_cast<float*>(q_smem);  // [kAttnTileRows]
+  const int64_t base = static_cast<int64_t>(item.partial_base) * kAttnTileRows;
+#pragma unroll 8
+  for (int idx = tid; idx < item.num_splits * kAttnTileRows; idx += kAttnThreads) {
+    weights[idx] = __ldcg(args.partial_lse + base + idx);  // log-sum-exp for now
+  }
+  __syncthreads();
+  for (int r = tid; r < rows_here; r += kAttnThreads) {
+    float lse_max = -INFINITY;
+    for (int s = 0; s < item.num_splits; ++s)
+      lse_max = fmaxf(lse_max, weights[s * kAttnTileRows + r]);
+    float sum = 0.0f;
+    for (int s = 0; s < item.num_splits; ++s) {
+      const float lse = weights[s * kAttnTileRows + r];
+      const float w = lse == -INFINITY ? 0.0f : FastExp2(lse - lse_max);  // -inf: no visible key
+      weights[s * kAttnTileRows + r] = w;
+      sum += w;
+    }
+    inv_sum[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
+  }
+  __syncthreads();
+  constexpr int kColGroups = D / 4;
+  constexpr int kRowStride = kAttnThreads / kColGroups;
+  constexpr int kRowsPerThread = kAttnTileRows / kRowStride;
+  const int col = (tid % kColGroups) * 4, row0 = tid / kColGroups;
+  float4 acc[kRowsPerThread];
+#pragma unroll
+  for (int k = 0; k < kRowsPerThread; ++k) acc[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 2
+  for (int s = 0; s < item.num_splits; ++s) {
+    const float4* const src =
+        reinterpret_cast<const float4*>(args.partial_out + (base + s * kAttnTileRows) * D + col);
+#pragma unroll
+    for (int k = 0; k < kRowsPerThread; ++k) {
+      const int r = row0 + k * kRowStride;
+      if (r < rows_here) {
+        const float w = weights[s * kAttnTileRows + r];
+        const float4 x = __ldcg(src + r * (D / 4));
+        acc[k].x += w * x.x;
+        acc[k].y += w * x.y;
+        acc[k].z += w * x.z;
+        acc[k].w += w * x.w;
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kRowsPerThread; ++k) {
+    const int r = row0 + k * kRowStride;
+    if (r >= rows_here) continue;
+    const int tr = item.row_begin + r;
+    __nv_bfloat16* const dst =
+        args.out +
+        (static_cast<int64_t>(seq.q_row_begin + tr / heads_here) * args.num_q_heads + q_head0 +
+         tr % heads_here) *
+            D +
+        col;
+    const float inv = inv_sum[r];
+    *reinterpret_cast<uint2*>(dst) = make_uint2(PackBf16(acc[k].x * inv, acc[k].y * inv),
+                                                PackBf16(acc[k].z * inv, acc[k].w * inv));
+  }
+}
+
+}  // namespace treespec::gpu::kernels
+
+#endif  // TREESPEC_COMMON_CUDA_KERNELS_TREE_ATTENTION_CUH_

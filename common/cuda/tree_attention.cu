@@ -1,0 +1,178 @@
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/cuda/cuda_check.h"
+#include "common/cuda/kernels/tree_attention.cuh"
+#include "common/cuda/tree_attention.h"
+
+namespace treespec::gpu {
+namespace {
+
+size_t AlignUp(size_t n) { return (n + 15) / 16 * 16; }
+
+template <int kHeadDim>
+cudaError_t ConfigureKernel(int* ctas_per_sm) {
+  auto* kernel = &kernels::TreeAttentionKernel<kHeadDim>;
+  constexpr int kBytes = kernels::AttnSharedBytes<kHeadDim>();
+  if (cudaError_t e =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+      e != cudaSuccess) {
+    return e;
+  }
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, kernel, kernels::kAttnThreads,
+                                                       kBytes);
+}
+
+template <int kHeadDim>
+cudaError_t Launch(const kernels::TreeAttentionArgs& args, int ctas, cudaStream_t stream) {
+  kernels::TreeAttentionKernel<kHeadDim>
+      <<<ctas, kernels::kAttnThreads, kernels::AttnSharedBytes<kHeadDim>(), stream>>>(args);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TreeAttention>> TreeAttention::Create(
+    const TreeAttentionOptions& options) {
+  const int d = options.head_dim;
+  if (d != 32 && d != 64 && d != 128) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tree attention: head_dim ", d, " is not supported (32, 64 or 128)"));
+  }
+  if (!(options.scale > 0.0f) || !std::isfinite(options.scale)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tree attention: softmax scale ", options.scale, " must be finite and > 0"));
+  }
+  const AttnPlanLimits& lim = options.limits;
+  if (lim.max_seqs < 1 || lim.max_pages < 1 || lim.max_mask_words < 0 || lim.max_items < 1 ||
+      lim.max_partials < 0) {
+    return absl::InvalidArgumentError("tree attention: every limit must be positive");
+  }
+  // The heads and page size are checked by planning an empty batch.
+  if (auto empty =
+          PlanTreeAttention({}, options.heads, options.page_size, options.pool_pages, lim, 1);
+      !empty.ok()) {
+    return empty.status();
+  }
+
+  auto attention = std::unique_ptr<TreeAttention>(new TreeAttention());
+  attention->options_ = options;
+  int device = 0, sms = 0, ctas_per_sm = 0;
+  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  CUDA_RETURN_IF_ERROR(d == 32   ? ConfigureKernel<32>(&ctas_per_sm)
+                       : d == 64 ? ConfigureKernel<64>(&ctas_per_sm)
+                                 : ConfigureKernel<128>(&ctas_per_sm));
+  attention->target_ctas_ = sms * std::max(1, ctas_per_sm);
+
+  // [num_items][seqs][items][page table][masks], each region 16-byte aligned.
+  attention->seqs_offset_ = 16;
+  attention->items_offset_ = attention->seqs_offset_ + AlignUp(sizeof(AttnSeqInfo) * lim.max_seqs);
+  attention->pages_offset_ =
+      attention->items_offset_ + AlignUp(sizeof(AttnWorkItem) * lim.max_items);
+  attention->masks_offset_ = attention->pages_offset_ + AlignUp(sizeof(int32_t) * lim.max_pages);
+  const size_t meta_bytes = attention->masks_offset_ + sizeof(uint64_t) * lim.max_mask_words;
+  auto meta = DeviceBuffer<unsigned char>::Create(meta_bytes);
+  if (!meta.ok()) return meta.status();
+  attention->meta_ = std::move(meta).value();
+  CUDA_RETURN_IF_ERROR(cudaMallocHost(&attention->staging_, meta_bytes));
+  std::memset(attention->staging_, 0, meta_bytes);
+  CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&attention->staged_, cudaEventDisableTiming));
+
+  const size_t partials = std::max(1, lim.max_partials);
+  auto partial_out = DeviceBuffer<float>::Create(partials * kAttnTileRows * d);
+  if (!partial_out.ok()) return partial_out.status();
+  attention->partial_out_ = std::move(partial_out).value();
+  auto partial_lse = DeviceBuffer<float>::Create(partials * kAttnTileRows);
+  if (!partial_lse.ok()) return partial_lse.status();
+  attention->partial_lse_ = std::move(partial_lse).value();
+  auto semaphores = DeviceBuffer<int32_t>::Create(partials);
+  if (!semaphores.ok()) return semaphores.status();
+  attention->semaphores_ = std::move(semaphores).value();
+  CUDA_RETURN_IF_ERROR(
+      cudaMemset(attention->semaphores_.data(), 0, attention->semaphores_.bytes()));
+  CUDA_RETURN_IF_ERROR(cudaMemset(attention->meta_.data(), 0, meta_bytes));
+  return attention;
+}
+
+TreeAttention::~TreeAttention() {
+  if (staged_ != nullptr) {
+    cudaEventSynchronize(staged_);
+    cudaEventDestroy(staged_);
+  }
+  if (staging_ != nullptr) cudaFreeHost(staging_);
+}
+
+absl::Status TreeAttention::Prepare(absl::Span<const AttnSeqDesc> seqs, cudaStream_t stream) {
+  auto plan = PlanTreeAttention(seqs, options_.heads, options_.page_size, options_.pool_pages,
+                                options_.limits, target_ctas_, options_.min_split_tiles);
+  if (!plan.ok()) return plan.status();
+  plan_ = std::move(plan).value();
+
+  CUDA_RETURN_IF_ERROR(cudaEventSynchronize(staged_));  // the previous upload is done with staging_
+  const int32_t num_items = static_cast<int32_t>(plan_.items.size());
+  std::memcpy(staging_, &num_items, sizeof(num_items));
+  std::memcpy(staging_ + seqs_offset_, plan_.seqs.data(), sizeof(AttnSeqInfo) * plan_.seqs.size());
+  std::memcpy(staging_ + items_offset_, plan_.items.data(),
+              sizeof(AttnWorkItem) * plan_.items.size());
+  std::memcpy(staging_ + pages_offset_, plan_.page_table.data(),
+              sizeof(int32_t) * plan_.page_table.size());
+  std::memcpy(staging_ + masks_offset_, plan_.masks.data(), sizeof(uint64_t) * plan_.masks.size());
+
+  // Three copies: counts, sequences and items (one span), then the used page table and masks.
+  const size_t head_bytes = items_offset_ + sizeof(AttnWorkItem) * plan_.items.size();
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(meta_.data(), staging_, head_bytes, cudaMemcpyHostToDevice, stream));
+  if (!plan_.page_table.empty()) {
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta_.data() + pages_offset_, staging_ + pages_offset_,
+                                         sizeof(int32_t) * plan_.page_table.size(),
+                                         cudaMemcpyHostToDevice, stream));
+  }
+  if (!plan_.masks.empty()) {
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta_.data() + masks_offset_, staging_ + masks_offset_,
+                                         sizeof(uint64_t) * plan_.masks.size(),
+                                         cudaMemcpyHostToDevice, stream));
+  }
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(staged_, stream));
+  return absl::OkStatus();
+}
+
+cudaError_t TreeAttention::Run(const KvLayerView& layer, const __nv_bfloat16* q, __nv_bfloat16* out,
+                               cudaStream_t stream) {
+  if (layer.head_dim != options_.head_dim || layer.page_size != options_.page_size ||
+      layer.num_pages != options_.pool_pages || layer.num_kv_heads != options_.heads.num_kv_heads ||
+      layer.k == nullptr || layer.v == nullptr || q == nullptr || out == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  if (plan_.items.empty()) return cudaSuccess;
+  kernels::TreeAttentionArgs args;
+  args.q = q;
+  args.out = out;
+  args.kv = layer;
+  unsigned char* meta = meta_.data();
+  args.num_items = reinterpret_cast<const int32_t*>(meta);
+  args.seqs = reinterpret_cast<const AttnSeqInfo*>(meta + seqs_offset_);
+  args.items = reinterpret_cast<const AttnWorkItem*>(meta + items_offset_);
+  args.page_table = reinterpret_cast<const int32_t*>(meta + pages_offset_);
+  args.masks = reinterpret_cast<const uint64_t*>(meta + masks_offset_);
+  args.partial_out = partial_out_.data();
+  args.partial_lse = partial_lse_.data();
+  args.semaphores = semaphores_.data();
+  args.num_q_heads = options_.heads.num_q_heads;
+  args.group_size = options_.heads.group_size;
+  args.q_head_shift = options_.heads.q_head_shift;
+  args.scale_log2 = options_.scale * 1.4426950408889634f;
+  const int ctas = static_cast<int>(plan_.items.size());
+  switch (options_.head_dim) {
+    case 32:
+      return Launch<32>(args, ctas, stream);
+    case 64:
+      return Launch<64>(args, ctas, stream);
+    default:
+      return Launch<128>(args, ctas, stream);
+  }
+}
+
+}  // namespace treespec::gpu

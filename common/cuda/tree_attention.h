@@ -1,0 +1,73 @@
+// Tree attention on the GPU (DESIGN §3 step 2): a batch of sequences, each with a committed
+// prefix and a tree (or chain) of new nodes whose K/V are already in the paged cache, in one
+// launch per layer. Kernel: kernels/tree_attention.cuh; partitioning: tree_attention_plan.h;
+// CPU reference: common/model/tree_attention.h (same semantics, fp32).
+//
+// Use: Create once (all device memory is allocated there), Prepare once per step with the
+// batch's sequences (plans and uploads the metadata: a few asynchronous copies from pinned
+// memory), then Run once per layer on the same stream.
+#ifndef TREESPEC_COMMON_CUDA_TREE_ATTENTION_H_
+#define TREESPEC_COMMON_CUDA_TREE_ATTENTION_H_
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/cuda/device_buffer.h"
+#include "common/cuda/paged_kv.h"
+#include "common/cuda/tree_attention_plan.h"
+
+namespace treespec::gpu {
+
+struct TreeAttentionOptions {
+  AttnHeads heads;
+  int head_dim = 0;    // 32, 64 or 128
+  int page_size = 16;  // a power of two >= 16
+  int pool_pages = 0;  // page ids lie in [0, pool_pages)
+  float scale = 0.0f;  // softmax scale (1/sqrt(head_dim) for Llama)
+  AttnPlanLimits limits;
+  int min_split_tiles = 1;  // see PlanTreeAttention
+};
+
+class TreeAttention {
+ public:
+  static absl::StatusOr<std::unique_ptr<TreeAttention>> Create(const TreeAttentionOptions& options);
+  ~TreeAttention();
+
+  // Plans the batch and enqueues the upload of its metadata on `stream`. Waits for the
+  // previous step's upload to leave the pinned staging memory before reusing it.
+  absl::Status Prepare(absl::Span<const AttnSeqDesc> seqs, cudaStream_t stream);
+
+  // out = attention of q over `layer` for the prepared batch.
+  //   q, out  [num_query_rows, num_q_heads, head_dim] bf16: sequence b's query nodes
+  //           [first_query, n) are consecutive rows, sequences in batch order.
+  cudaError_t Run(const KvLayerView& layer, const __nv_bfloat16* q, __nv_bfloat16* out,
+                  cudaStream_t stream);
+
+  const AttnPlan& plan() const { return plan_; }
+  int target_ctas() const { return target_ctas_; }
+
+ private:
+  TreeAttention() = default;
+
+  TreeAttentionOptions options_;
+  int target_ctas_ = 0;
+  AttnPlan plan_;
+  // Device metadata at fixed offsets (so a captured graph's pointers stay valid).
+  DeviceBuffer<unsigned char> meta_;
+  size_t items_offset_ = 0, seqs_offset_ = 0, pages_offset_ = 0, masks_offset_ = 0;
+  unsigned char* staging_ = nullptr;  // pinned host twin of meta_
+  cudaEvent_t staged_ = nullptr;      // the last upload has read staging_
+  DeviceBuffer<float> partial_out_;
+  DeviceBuffer<float> partial_lse_;
+  DeviceBuffer<int32_t> semaphores_;
+};
+
+}  // namespace treespec::gpu
+
+#endif  // TREESPEC_COMMON_CUDA_TREE_ATTENTION_H_

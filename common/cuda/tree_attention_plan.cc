@@ -1,0 +1,198 @@
+#include "common/cuda/tree_attention_plan.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <tuple>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace treespec::gpu {
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+absl::Status ValidateSeq(const AttnSeqDesc& s, int index, int page_size, int pool_pages) {
+  auto bad = [index](auto&&... parts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tree attention: sequence ", index, ": ", parts...));
+  };
+  if (s.prefix_len < 0) return bad("prefix_len ", s.prefix_len, " < 0");
+  if (s.num_nodes < 1) return bad("num_nodes ", s.num_nodes, " < 1");
+  if (s.first_query < 0 || s.first_query >= s.num_nodes) {
+    return bad("first_query ", s.first_query, " outside [0, ", s.num_nodes, ")");
+  }
+  const int64_t slots = static_cast<int64_t>(s.prefix_len) + s.num_nodes;
+  if (slots > INT32_MAX / 2) return bad("prefix_len + num_nodes = ", slots, " is too long");
+  if (static_cast<int64_t>(s.pages.size()) * page_size < slots) {
+    return bad(s.pages.size(), " pages of ", page_size, " slots cannot hold ", slots, " slots");
+  }
+  for (size_t i = 0; i < s.pages.size(); ++i) {
+    if (s.pages[i] < 0 || s.pages[i] >= pool_pages) {
+      return bad("page id ", s.pages[i], " at index ", i, " outside the pool [0, ", pool_pages,
+                 ")");
+    }
+  }
+  if (s.ancestor_mask.empty()) return absl::OkStatus();
+  const int words = static_cast<int>(CeilDiv(s.num_nodes, 64));
+  if (s.ancestor_mask.size() != static_cast<size_t>(s.num_nodes) * words) {
+    return bad("ancestor mask has ", s.ancestor_mask.size(), " words, want ", s.num_nodes, " × ",
+               words);
+  }
+  // Parents precede children, so row i may only have bits j <= i, and must have bit i: the
+  // kernel bounds each tile's keys by its last node.
+  for (int i = 0; i < s.num_nodes; ++i) {
+    const uint64_t* row = s.ancestor_mask.data() + static_cast<size_t>(i) * words;
+    if (((row[i / 64] >> (i % 64)) & 1) == 0) return bad("ancestor mask row ", i, " lacks bit ", i);
+    for (int w = i / 64; w < words; ++w) {
+      const uint64_t later = w == i / 64 ? (i % 64 == 63 ? 0 : row[w] >> (i % 64 + 1)) : row[w];
+      if (later != 0) return bad("ancestor mask row ", i, " has a bit above ", i);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int AttnHeads::FirstQHead(int kv_head) const {
+  return std::max(0, kv_head * group_size - q_head_shift);
+}
+
+int AttnHeads::NumQHeads(int kv_head) const {
+  const int end = std::min(num_q_heads, (kv_head + 1) * group_size - q_head_shift);
+  return end - FirstQHead(kv_head);
+}
+
+absl::StatusOr<AttnPlan> PlanTreeAttention(absl::Span<const AttnSeqDesc> seqs,
+                                           const AttnHeads& heads, int page_size, int pool_pages,
+                                           const AttnPlanLimits& limits, int target_ctas,
+                                           int min_split_tiles) {
+  if (heads.num_q_heads < 1 || heads.num_kv_heads < 1 || heads.group_size < 1 ||
+      heads.q_head_shift < 0 || heads.q_head_shift >= heads.group_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tree attention: bad heads: ", heads.num_q_heads, " q, ", heads.num_kv_heads,
+                     " kv, group ", heads.group_size, ", shift ", heads.q_head_shift));
+  }
+  for (int h = 0; h < heads.num_kv_heads; ++h) {
+    if (heads.NumQHeads(h) < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tree attention: local kv head ", h, " is read by no local q head"));
+    }
+  }
+  if (heads.FirstQHead(heads.num_kv_heads - 1) + heads.NumQHeads(heads.num_kv_heads - 1) !=
+      heads.num_q_heads) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tree attention: ", heads.num_q_heads, " q heads do not map onto ", heads.num_kv_heads,
+        " kv heads with group ", heads.group_size, " and shift ", heads.q_head_shift));
+  }
+  if (page_size < 16 || (page_size & (page_size - 1)) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tree attention: page_size ", page_size, " is not a power of two >= 16"));
+  }
+  if (static_cast<int>(seqs.size()) > limits.max_seqs) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("tree attention: ", seqs.size(), " sequences > limit ", limits.max_seqs));
+  }
+  AttnPlan plan;
+  plan.seqs.reserve(seqs.size());
+  for (size_t b = 0; b < seqs.size(); ++b) {
+    const AttnSeqDesc& s = seqs[b];
+    if (absl::Status st = ValidateSeq(s, static_cast<int>(b), page_size, pool_pages); !st.ok()) {
+      return st;
+    }
+    AttnSeqInfo info;
+    info.prefix_len = s.prefix_len;
+    info.num_nodes = s.num_nodes;
+    info.first_query = s.first_query;
+    info.q_row_begin = plan.num_query_rows;
+    info.mask_begin = s.ancestor_mask.empty() ? -1 : static_cast<int32_t>(plan.masks.size());
+    info.mask_words = static_cast<int32_t>(CeilDiv(s.num_nodes, 64));
+    info.page_begin = static_cast<int32_t>(plan.page_table.size());
+    info.num_pages = static_cast<int32_t>(s.pages.size());
+    plan.seqs.push_back(info);
+    plan.num_query_rows += s.num_nodes - s.first_query;
+    plan.page_table.insert(plan.page_table.end(), s.pages.begin(), s.pages.end());
+    plan.masks.insert(plan.masks.end(), s.ancestor_mask.begin(), s.ancestor_mask.end());
+  }
+  if (static_cast<int64_t>(plan.page_table.size()) > limits.max_pages) {
+    return absl::ResourceExhaustedError(absl::StrCat("tree attention: ", plan.page_table.size(),
+                                                     " page-table entries > limit ",
+                                                     limits.max_pages));
+  }
+  if (static_cast<int64_t>(plan.masks.size()) > limits.max_mask_words) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "tree attention: ", plan.masks.size(), " mask words > limit ", limits.max_mask_words));
+  }
+
+  // Every (sequence, kv head, row tile) with the keys it needs.
+  struct Tile {
+    int seq, kv_head, row_begin, key_end;
+  };
+  std::vector<Tile> tiles;
+  int64_t total_key_tiles = 0;
+  for (size_t b = 0; b < seqs.size(); ++b) {
+    const AttnSeqDesc& s = seqs[b];
+    const int queries = s.num_nodes - s.first_query;
+    for (int h = 0; h < heads.num_kv_heads; ++h) {
+      const int per_node = heads.NumQHeads(h);
+      const int rows = queries * per_node;
+      for (int row = 0; row < rows; row += kAttnTileRows) {
+        const int last_row = std::min(rows, row + kAttnTileRows) - 1;
+        const int last_node = s.first_query + last_row / per_node;
+        const int key_end = s.prefix_len + last_node + 1;
+        tiles.push_back({static_cast<int>(b), h, row, key_end});
+        total_key_tiles += CeilDiv(key_end, kAttnTileKeys);
+      }
+    }
+  }
+  // Key tiles per split: enough splits to fill the GPU, each at least min_split_tiles long,
+  // and no more partial results than the limit allows (longer splits otherwise).
+  int64_t chunk =
+      std::max<int64_t>({1, min_split_tiles, CeilDiv(total_key_tiles, std::max(1, target_ctas))});
+  auto splits_of = [&](const Tile& t, int64_t c) {
+    return static_cast<int>(
+        std::clamp<int64_t>(CeilDiv(t.key_end, kAttnTileKeys) / c, 1, kAttnMaxSplits));
+  };
+  for (;;) {
+    int64_t partials = 0;
+    for (const Tile& t : tiles) {
+      const int splits = splits_of(t, chunk);
+      if (splits > 1) partials += splits;
+    }
+    if (partials <= limits.max_partials) break;
+    chunk *= 2;
+  }
+  for (const Tile& t : tiles) {
+    const int64_t key_tiles = CeilDiv(t.key_end, kAttnTileKeys);
+    const int splits = splits_of(t, chunk);
+    if (splits > 1) ++plan.num_split_tiles;
+    for (int s = 0; s < splits; ++s) {
+      AttnWorkItem item;
+      item.seq = t.seq;
+      item.kv_head = t.kv_head;
+      item.row_begin = t.row_begin;
+      item.key_begin = static_cast<int32_t>(key_tiles * s / splits * kAttnTileKeys);
+      item.key_end = static_cast<int32_t>(
+          std::min<int64_t>(t.key_end, key_tiles * (s + 1) / splits * kAttnTileKeys));
+      item.split = s;
+      item.partial_base = splits > 1 ? plan.num_partials : -1;
+      item.num_splits = splits;
+      plan.items.push_back(item);
+    }
+    if (splits > 1) plan.num_partials += splits;
+  }
+  // CTAs that stream the same keys run side by side (the row tiles of one KV head, split by
+  // split), so the second and later reads of a K/V tile hit L2.
+  std::stable_sort(
+      plan.items.begin(), plan.items.end(), [](const AttnWorkItem& a, const AttnWorkItem& b) {
+        return std::tie(a.seq, a.kv_head, a.split) < std::tie(b.seq, b.kv_head, b.split);
+      });
+  if (static_cast<int64_t>(plan.items.size()) > limits.max_items) {
+    return absl::ResourceExhaustedError(absl::StrCat("tree attention: the batch needs ",
+                                                     plan.items.size(), " CTAs; the limit is ",
+                                                     limits.max_items));
+  }
+  return plan;
+}
+
+}  // namespace treespec::gpu

@@ -1,0 +1,110 @@
+// How one tree-attention launch divides its work among CTAs (DESIGN §3 step 2). Host-only
+// C++ (no CUDA), so the partitioning is unit-tested on any machine.
+//
+// A launch covers a batch of sequences. For sequence b with committed length L, n tree nodes
+// and query nodes [first_query, n), and for each KV head h, the query rows are
+// (query node, q head of h) pairs, node-major: row r is node first_query + r / G_h with the
+// (r % G_h)-th q head of h, where G_h is the number of q heads reading h. Rows are cut into
+// tiles of kAttnTileRows (one CTA's query tile, on tensor cores); each tile streams the keys
+// [0, L + last node of the tile + 1) — the committed prefix, then the tree slots under the
+// ancestor mask — and that key range is split into chunks of whole key tiles so the batch
+// fills the GPU (flash-decoding). The partial results of a split tile are merged by
+// log-sum-exp by whichever of its CTAs finishes last.
+#ifndef TREESPEC_COMMON_CUDA_TREE_ATTENTION_PLAN_H_
+#define TREESPEC_COMMON_CUDA_TREE_ATTENTION_PLAN_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace treespec::gpu {
+
+inline constexpr int kAttnTileRows = 64;   // query rows per CTA (4 warps × 16)
+inline constexpr int kAttnTileKeys = 64;   // keys per pipeline stage
+inline constexpr int kAttnMaxSplits = 64;  // CTAs sharing one query tile, at most
+
+// Which local q heads read which local KV head. A rank may hold a slice of the heads that
+// starts inside a GQA group (DESIGN §6), so local q head j reads local KV head
+// (j + q_head_shift) / group_size, with 0 <= q_head_shift < group_size.
+struct AttnHeads {
+  int num_q_heads = 0;
+  int num_kv_heads = 0;
+  int group_size = 1;
+  int q_head_shift = 0;
+
+  int FirstQHead(int kv_head) const;  // first local q head reading kv_head
+  int NumQHeads(int kv_head) const;   // how many local q heads read kv_head (>= 1)
+};
+
+// One sequence of the batch as the planner sees it (host data).
+struct AttnSeqDesc {
+  absl::Span<const int32_t> pages;  // page ids; slots [0, L + n) must be covered
+  int prefix_len = 0;               // L
+  int num_nodes = 0;                // n >= 1; node i's K/V is in slot L + i
+  int first_query = 0;              // queries are nodes [first_query, n)
+  // [n, ceil(n / 64)] ancestor bitmask (bit j of row i: j is i or an ancestor of i), or empty
+  // for a chain (node i sees nodes 0..i: prefill and chain drafts).
+  absl::Span<const uint64_t> ancestor_mask;
+};
+
+// What the kernel reads per sequence (device layout; 8 int32).
+struct AttnSeqInfo {
+  int32_t prefix_len;
+  int32_t num_nodes;
+  int32_t first_query;
+  int32_t q_row_begin;  // first row of this sequence's queries in q and out
+  int32_t mask_begin;   // offset of row 0 of its ancestor mask in the mask array; -1 = chain
+  int32_t mask_words;   // words per mask row
+  int32_t page_begin;   // offset of its page list in the page table
+  int32_t num_pages;
+};
+
+// One CTA's work (device layout; 8 int32).
+struct AttnWorkItem {
+  int32_t seq;
+  int32_t kv_head;
+  int32_t row_begin;  // first query row of the tile (rows of this (seq, kv_head))
+  int32_t key_begin;  // keys [key_begin, key_end) of the tile's key range
+  int32_t key_end;
+  int32_t split;         // index of this CTA among those sharing the tile
+  int32_t partial_base;  // split tiles: first partial-result slot of the tile (its splits use
+                         // slots partial_base + split; slot partial_base's semaphore counts
+                         // finished splits); -1 when not split
+  int32_t num_splits;    // CTAs sharing the tile (1: writes the output directly)
+};
+
+struct AttnPlanLimits {
+  int max_seqs = 0;
+  int max_pages = 0;       // total page-table entries of a batch
+  int max_mask_words = 0;  // total ancestor-mask words of a batch
+  int max_items = 0;       // CTAs of one launch
+  int max_partials = 0;    // partial results of one launch (split CTAs)
+};
+
+// The plan of one launch, ready to be copied to the device as is.
+struct AttnPlan {
+  std::vector<AttnSeqInfo> seqs;
+  std::vector<AttnWorkItem> items;
+  std::vector<int32_t> page_table;
+  std::vector<uint64_t> masks;
+  int num_split_tiles = 0;
+  int num_partials = 0;
+  int num_query_rows = 0;  // rows of q / out (sum over sequences of n - first_query)
+};
+
+// Partitions a batch. `target_ctas` is how many CTAs fill the GPU (SMs × resident CTAs per
+// SM); key ranges are split until the batch has about that many, never below
+// `min_split_tiles` key tiles per split, and fewer when more partial results than
+// limits.max_partials would be needed. Page ids must lie in [0, pool_pages). Errors
+// (INVALID_ARGUMENT / RESOURCE_EXHAUSTED) name the sequence and field: bad lengths, too few
+// pages or a page outside the pool, a malformed mask, a limit exceeded.
+absl::StatusOr<AttnPlan> PlanTreeAttention(absl::Span<const AttnSeqDesc> seqs,
+                                           const AttnHeads& heads, int page_size, int pool_pages,
+                                           const AttnPlanLimits& limits, int target_ctas,
+                                           int min_split_tiles = 1);
+
+}  // namespace treespec::gpu
+
+#endif  // TREESPEC_COMMON_CUDA_TREE_ATTENTION_PLAN_H_

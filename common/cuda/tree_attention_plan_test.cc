@@ -1,0 +1,195 @@
+// The tree-attention work partitioning (host only; runs on any machine): every query row of
+// every (sequence, KV head) is covered by exactly one tile, every tile's key range
+// [0, L + last node + 1) by its splits exactly once, in order; the batch is spread over about
+// target_ctas CTAs; malformed batches are refused with a message naming the field.
+#include "common/cuda/tree_attention_plan.h"
+
+#include <map>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/tree/token_tree.h"
+#include "gtest/gtest.h"
+
+namespace treespec::gpu {
+namespace {
+
+constexpr AttnPlanLimits kLimits{64, 1 << 16, 1 << 16, 1 << 16, 1 << 16};
+
+struct Batch {
+  std::vector<std::vector<int32_t>> pages;
+  std::vector<std::vector<uint64_t>> masks;
+  std::vector<AttnSeqDesc> descs;
+};
+
+Batch MakeBatch(const std::vector<std::tuple<int, int, int>>& shapes, int page_size,
+                std::mt19937& rng) {
+  Batch batch;
+  batch.pages.resize(shapes.size());
+  batch.masks.resize(shapes.size());
+  int next_page = 0;
+  for (size_t b = 0; b < shapes.size(); ++b) {
+    const auto [prefix, nodes, first] = shapes[b];
+    for (int p = 0; p < (prefix + nodes + page_size - 1) / page_size; ++p) {
+      batch.pages[b].push_back(next_page++);
+    }
+    std::vector<int32_t> parents(nodes, -1);
+    for (int i = 1; i < nodes; ++i) parents[i] = std::uniform_int_distribution<int>(0, i - 1)(rng);
+    batch.masks[b] = AncestorMask(parents);
+  }
+  for (size_t b = 0; b < shapes.size(); ++b) {
+    AttnSeqDesc d;
+    d.pages = batch.pages[b];
+    d.prefix_len = std::get<0>(shapes[b]);
+    d.num_nodes = std::get<1>(shapes[b]);
+    d.first_query = std::get<2>(shapes[b]);
+    d.ancestor_mask = batch.masks[b];
+    batch.descs.push_back(d);
+  }
+  return batch;
+}
+
+TEST(TreeAttentionPlanTest, HeadsMapOntoKvHeads) {
+  const AttnHeads llama{32, 8, 4, 0};
+  EXPECT_EQ(llama.FirstQHead(3), 12);
+  EXPECT_EQ(llama.NumQHeads(3), 4);
+  // A TP slice of 5 q heads starting at the third head of a group: 2 + 3.
+  const AttnHeads slice{5, 2, 4, 2};
+  EXPECT_EQ(slice.FirstQHead(0), 0);
+  EXPECT_EQ(slice.NumQHeads(0), 2);
+  EXPECT_EQ(slice.FirstQHead(1), 2);
+  EXPECT_EQ(slice.NumQHeads(1), 3);
+}
+
+TEST(TreeAttentionPlanTest, TilesAndSplitsCoverEveryRowAndKeyOnce) {
+  std::mt19937 rng(7);
+  const Batch batch = MakeBatch(
+      {{0, 1, 0}, {4099, 17, 0}, {1, 255, 0}, {100, 64, 40}, {32768, 16, 0}, {0, 300, 299}}, 16,
+      rng);
+  const AttnHeads heads{5, 2, 4, 2};
+  for (int target : {1, 7, 132, 264, 100000}) {
+    SCOPED_TRACE(absl::StrCat("target_ctas ", target));
+    auto plan = PlanTreeAttention(batch.descs, heads, 16, 1 << 20, kLimits, target);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    // rows[(seq, kv head)] -> tile starts; keys[(seq, head, row_begin)] -> next expected key.
+    std::map<std::tuple<int, int, int>, int> next_key;
+    std::map<std::tuple<int, int, int>, int> splits_seen;
+    int partials = 0;
+    for (const AttnWorkItem& item : plan->items) {
+      const auto key = std::make_tuple(item.seq, item.kv_head, item.row_begin);
+      EXPECT_EQ(item.key_begin, next_key[key]) << "gap or overlap in the key range";
+      EXPECT_LT(item.key_begin, item.key_end);
+      EXPECT_EQ(item.key_begin % kAttnTileKeys, 0);
+      next_key[key] = item.key_end;
+      EXPECT_EQ(item.split, splits_seen[key]++);
+      if (item.num_splits > 1) {
+        EXPECT_GE(item.partial_base, 0);
+        partials = std::max(partials, item.partial_base + item.split + 1);
+      } else {
+        EXPECT_EQ(item.partial_base, -1);
+      }
+    }
+    EXPECT_EQ(partials, plan->num_partials);
+    int rows = 0;
+    for (size_t b = 0; b < batch.descs.size(); ++b) {
+      const AttnSeqDesc& s = batch.descs[b];
+      rows += s.num_nodes - s.first_query;
+      EXPECT_EQ(plan->seqs[b].q_row_begin, rows - (s.num_nodes - s.first_query));
+      for (int h = 0; h < heads.num_kv_heads; ++h) {
+        const int tile_rows = (s.num_nodes - s.first_query) * heads.NumQHeads(h);
+        for (int r = 0; r < tile_rows; r += kAttnTileRows) {
+          const auto key = std::make_tuple(static_cast<int>(b), h, r);
+          const int last_node =
+              s.first_query + (std::min(tile_rows, r + kAttnTileRows) - 1) / heads.NumQHeads(h);
+          EXPECT_EQ(next_key[key], s.prefix_len + last_node + 1)
+              << "seq " << b << " head " << h << " rows from " << r;
+          EXPECT_EQ(
+              splits_seen[key], plan->items.empty() ? 0 : [&] {
+                for (const AttnWorkItem& item : plan->items) {
+                  if (std::make_tuple(item.seq, item.kv_head, item.row_begin) == key) {
+                    return item.num_splits;
+                  }
+                }
+                return -1;
+              }());
+        }
+      }
+    }
+    EXPECT_EQ(plan->num_query_rows, rows);
+    if (target == 132 || target == 264) {  // (fewer key tiles than 100000 CTAs)
+      // Enough splitting to fill the GPU, not wildly more than asked.
+      EXPECT_GE(static_cast<int>(plan->items.size()), target / 2);
+      EXPECT_LE(static_cast<int>(plan->items.size()), 2 * target + 64);
+    }
+    if (target == 1) EXPECT_EQ(plan->num_partials, 0) << "one CTA per tile needs no merge";
+  }
+}
+
+TEST(TreeAttentionPlanTest, MinSplitTilesBoundsTheSplits) {
+  std::mt19937 rng(3);
+  const Batch batch = MakeBatch({{8192, 16, 0}}, 16, rng);
+  auto plan = PlanTreeAttention(batch.descs, {32, 8, 4, 0}, 16, 1 << 20, kLimits, 100000,
+                                /*min_split_tiles=*/8);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  for (const AttnWorkItem& item : plan->items) {
+    EXPECT_GE(item.key_end - item.key_begin,
+              std::min(8 * kAttnTileKeys, 8192 + 16 - item.key_begin));
+  }
+}
+
+TEST(TreeAttentionPlanTest, FewPartialSlotsMeanLongerSplits) {
+  std::mt19937 rng(5);
+  const Batch batch = MakeBatch({{32768, 16, 0}, {8192, 64, 0}}, 16, rng);
+  AttnPlanLimits limits = kLimits;
+  limits.max_partials = 40;
+  auto plan = PlanTreeAttention(batch.descs, {32, 8, 4, 0}, 16, 1 << 20, limits, 264);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_LE(plan->num_partials, 40);
+  EXPECT_GT(plan->num_partials, 0);
+}
+
+TEST(TreeAttentionPlanTest, MalformedBatchesNameTheProblem) {
+  std::mt19937 rng(1);
+  Batch batch = MakeBatch({{20, 5, 0}}, 16, rng);
+  const AttnHeads heads{8, 4, 2, 0};
+  auto expect_error = [&](const std::string& needle, absl::StatusCode code) {
+    auto plan = PlanTreeAttention(batch.descs, heads, 16, 100, kLimits, 10);
+    ASSERT_FALSE(plan.ok()) << needle;
+    EXPECT_EQ(plan.status().code(), code) << plan.status();
+    EXPECT_NE(plan.status().message().find(needle), std::string::npos) << plan.status();
+  };
+  batch.descs[0].num_nodes = 0;
+  expect_error("num_nodes 0 < 1", absl::StatusCode::kInvalidArgument);
+  batch.descs[0].num_nodes = 5;
+  batch.descs[0].first_query = 5;
+  expect_error("first_query 5 outside [0, 5)", absl::StatusCode::kInvalidArgument);
+  batch.descs[0].first_query = 0;
+  batch.descs[0].prefix_len = 40;
+  expect_error("cannot hold 45 slots", absl::StatusCode::kInvalidArgument);
+  batch.descs[0].prefix_len = 20;
+  batch.pages[0][1] = 100;
+  expect_error("page id 100 at index 1 outside the pool", absl::StatusCode::kInvalidArgument);
+  batch.pages[0][1] = 1;
+  batch.masks[0][2] |= uint64_t{1} << 4;  // node 2 "sees" node 4
+  expect_error("row 2 has a bit above 2", absl::StatusCode::kInvalidArgument);
+  batch.masks[0][2] = 0;
+  expect_error("row 2 lacks bit 2", absl::StatusCode::kInvalidArgument);
+  batch.descs[0].ancestor_mask = absl::MakeConstSpan(batch.masks[0]).subspan(1);
+  expect_error("has 4 words, want 5", absl::StatusCode::kInvalidArgument);
+
+  auto bad_heads = PlanTreeAttention({}, {6, 4, 2, 0}, 16, 100, kLimits, 10);
+  EXPECT_EQ(bad_heads.status().code(), absl::StatusCode::kInvalidArgument) << bad_heads.status();
+  auto bad_page = PlanTreeAttention({}, heads, 24, 100, kLimits, 10);
+  EXPECT_NE(bad_page.status().message().find("page_size 24"), std::string::npos);
+  AttnPlanLimits tight = kLimits;
+  tight.max_items = 0;
+  Batch big = MakeBatch({{4096, 16, 0}}, 16, rng);
+  auto over = PlanTreeAttention(big.descs, heads, 16, 1 << 20, tight, 1000);
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted) << over.status();
+}
+
+}  // namespace
+}  // namespace treespec::gpu

@@ -1,0 +1,58 @@
+#include "common/model/causal_lm.h"
+
+#include <numeric>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/model/sampling.h"
+#include "common/tree/token_tree.h"
+
+namespace treespec {
+
+absl::StatusOr<std::vector<StepResult>> CausalLm::VerifyStep(absl::Span<const SeqTree> batch,
+                                                             absl::Span<const StepSpec> specs) {
+  if (specs.size() != batch.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("VerifyStep: ", specs.size(), " specs for ", batch.size(), " batch entries"));
+  }
+  for (size_t b = 0; b < batch.size(); ++b) {
+    if (batch[b].first_new != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("VerifyStep: batch entry ", b,
+                                                     " has first_new ", batch[b].first_new,
+                                                     "; a verify step computes whole trees"));
+    }
+  }
+  absl::StatusOr<std::vector<float>> logits = Forward(batch);
+  if (!logits.ok()) return logits.status();
+  const int vocab = config().vocab_size;
+  std::vector<StepResult> results(batch.size());
+  size_t row = 0;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const SeqTree& t = batch[b];
+    const int n = static_cast<int>(t.tokens.size());
+    const float* rows = logits->data() + row * vocab;
+    row += n;
+    StepResult& r = results[b];
+    if (specs[b].prefill) {
+      r.path.resize(n);
+      std::iota(r.path.begin(), r.path.end(), 0);
+      r.emitted.push_back(ChooseToken(absl::MakeConstSpan(rows + (n - 1) * vocab, vocab),
+                                      specs[b].sampling, t.committed_len + n));
+    } else {
+      const std::vector<int32_t> depth = NodeDepths(t.parents);
+      std::vector<int32_t> choice(n);
+      for (int i = 0; i < n; ++i) {
+        choice[i] = ChooseToken(absl::MakeConstSpan(rows + i * vocab, vocab), specs[b].sampling,
+                                t.committed_len + depth[i] + 1);
+      }
+      const std::vector<int32_t> path = WalkTree(t.tokens, t.parents, choice);
+      r.path.assign(path.begin(), path.end());
+      for (size_t j = 1; j < path.size(); ++j) r.emitted.push_back(t.tokens[path[j]]);
+      r.emitted.push_back(choice[path.back()]);
+    }
+    Commit(t.seq, t.committed_len, r.path);
+  }
+  return results;
+}
+
+}  // namespace treespec

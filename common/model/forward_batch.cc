@@ -1,0 +1,75 @@
+#include "common/model/forward_batch.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+
+namespace treespec {
+
+absl::Status ValidateForwardBatch(const ModelConfig& config, PagedKvCache& cache,
+                                  absl::Span<const SeqTree> batch) {
+  absl::flat_hash_set<SeqId> seen;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const SeqTree& s = batch[b];
+    const std::string where = absl::StrCat("batch entry ", b, " (sequence ", s.seq, "): ");
+    if (!seen.insert(s.seq).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "sequence appears more than once in the batch"));
+    }
+    // Reserving 0 slots changes nothing; it only tells whether the sequence exists.
+    if (!cache.Reserve(s.seq, 0).ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "unknown sequence"));
+    }
+    const int n = static_cast<int>(s.tokens.size());
+    if (n == 0) return absl::InvalidArgumentError(absl::StrCat(where, "empty tree"));
+    if (s.parents.size() != s.tokens.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, s.tokens.size(), " tokens but ", s.parents.size(), " parents"));
+    }
+    for (int i = 0; i < n; ++i) {
+      if (s.tokens[i] < 0 || s.tokens[i] >= config.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat(where, "token id ", s.tokens[i], " of node ",
+                                                       i, " out of range [0, ", config.vocab_size,
+                                                       ")"));
+      }
+      if (s.parents[i] < -1 || s.parents[i] >= i) {
+        return absl::InvalidArgumentError(absl::StrCat(where, "parent ", s.parents[i], " of node ",
+                                                       i, " out of range [-1, ", i, ")"));
+      }
+    }
+    if (s.first_new < 0 || s.first_new > n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "first_new ", s.first_new, " out of range [0, ", n, "]"));
+    }
+    const int reserved = cache.num_reserved_slots(s.seq);
+    if (s.committed_len < 0 || s.committed_len + s.first_new > reserved) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "committed_len ", s.committed_len, " + first_new ", s.first_new,
+                       " exceeds the sequence's ", reserved, " reserved slots"));
+    }
+    if (static_cast<int64_t>(s.committed_len) + n > config.max_position_embeddings) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "committed_len ", s.committed_len,
+                                                     " + ", n, " nodes exceeds the context of ",
+                                                     config.max_position_embeddings, " tokens"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReserveForwardBatch(PagedKvCache& cache, absl::Span<const SeqTree> batch) {
+  std::vector<int> before(batch.size());
+  for (size_t b = 0; b < batch.size(); ++b) {
+    before[b] = cache.num_reserved_slots(batch[b].seq);
+    const int need = batch[b].committed_len + static_cast<int>(batch[b].tokens.size());
+    absl::Status status = cache.Reserve(batch[b].seq, need);
+    if (!status.ok()) {
+      for (size_t u = 0; u < b; ++u) cache.Truncate(batch[u].seq, before[u]);
+      return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace treespec
