@@ -260,6 +260,7 @@ __global__ void __launch_bounds__(kAttnThreads) TreeAttentionKernel(const TreeAt
       }
     }
     uint32_t p[kNTiles][2];  // bf16 pairs: [n tile][row g, row g + 8]
+    float correction[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       float row_max = -INFINITY;
@@ -269,7 +270,7 @@ __global__ void __launch_bounds__(kAttnThreads) TreeAttentionKernel(const TreeAt
       const float m_new = fmaxf(m[i], QuadMax(row_max));
       // A row with nothing visible yet keeps p = 0 (exp2(-inf)) without NaNs.
       const float offset = m_new == -INFINITY ? 0.0f : m_new * args.scale_log2;
-      const float correction = FastExp2(fmaf(m[i], args.scale_log2, -offset));
+      correction[i] = FastExp2(fmaf(m[i], args.scale_log2, -offset));
       m[i] = m_new;
       float sum = 0.0f;
 #pragma unroll
@@ -279,11 +280,17 @@ __global__ void __launch_bounds__(kAttnThreads) TreeAttentionKernel(const TreeAt
         p[t][i] = PackBf16(p0, p1);
         sum += p0 + p1;
       }
-      l[i] = l[i] * correction + sum;
+      l[i] = l[i] * correction[i] + sum;
+    }
+    // Rescale O only when some row's max moved (after the first tiles it rarely does; the
+    // correction is then exactly 1).
+    if (__any_sync(0xffffffffu, correction[0] != 1.0f || correction[1] != 1.0f)) {
 #pragma unroll
       for (int t = 0; t < kDTiles; ++t) {
-        o[t][2 * i] *= correction;
-        o[t][2 * i + 1] *= correction;
+        o[t][0] *= correction[0];
+        o[t][1] *= correction[0];
+        o[t][2] *= correction[1];
+        o[t][3] *= correction[1];
       }
     }
 
