@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -13,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "absl/flags/parse.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/cuda/cuda_check.h"
@@ -144,6 +146,15 @@ void WriteBenchJson(const std::string& path, const GpuCeilings& ceilings,
                         {"results", results}};
   if (extra.is_object()) doc.update(extra);
   std::ofstream(path) << doc.dump(2) << "\n";
+}
+
+int BenchMain(int argc, char** argv, const char* name, absl::Status (*run)()) {
+  absl::ParseCommandLine(argc, argv);
+  if (const absl::Status status = run(); !status.ok()) {
+    std::fprintf(stderr, "%s: %s\n", name, status.ToString().c_str());
+    return 1;
+  }
+  return 0;
 }
 
 }  // namespace treespec::gpu

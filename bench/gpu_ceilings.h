@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/cuda/gemm.h"
 
@@ -42,6 +43,10 @@ absl::StatusOr<GpuCeilings> MeasureGpuCeilings(cudaStream_t stream);
 // "bf16_gemm_flops_per_s", "results", plus `extra`}, written to `path` unless it is empty.
 void WriteBenchJson(const std::string& path, const GpuCeilings& ceilings,
                     const nlohmann::json& results, const nlohmann::json& extra = {});
+
+// A GPU benchmark's main(): parses the flags, runs `run`, prints its error as `name: status`
+// and returns the process exit code.
+int BenchMain(int argc, char** argv, const char* name, absl::Status (*run)());
 
 }  // namespace treespec::gpu
 

@@ -26,7 +26,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "bench/gpu_ceilings.h"
@@ -167,10 +166,5 @@ absl::Status Main() {
 }  // namespace treespec::gpu
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  if (absl::Status status = treespec::gpu::Main(); !status.ok()) {
-    std::fprintf(stderr, "treespec-verify-step-bench: %s\n", status.ToString().c_str());
-    return 1;
-  }
-  return 0;
+  return treespec::gpu::BenchMain(argc, argv, "treespec-verify-step-bench", treespec::gpu::Main);
 }

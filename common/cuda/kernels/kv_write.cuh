@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "common/cuda/kernels/common.cuh"
+#include "common/cuda/kernels/rope_table.cuh"
 #include "common/cuda/paged_kv.h"
 
 namespace treespec::gpu::kernels {
@@ -57,13 +58,7 @@ __global__ void KvWriteKernel(const __nv_bfloat16* __restrict__ qkv, int num_q_h
   extern __shared__ float table[];  // [2, head_dim / 2]: cos, sin
   const int half = head_dim / 2;
   const int row = blockIdx.x;
-  const float position = static_cast<float>(positions[row]);
-  for (int f = threadIdx.x; f < half; f += blockDim.x) {
-    float s, c;
-    sincosf(__fmul_rn(position, inv_freq[f]), &s, &c);  // full-range, as RopeKernel
-    table[f] = __fmul_rn(c, attention_factor);
-    table[half + f] = __fmul_rn(s, attention_factor);
-  }
+  BuildRopeTable(table, half, positions[row], inv_freq, attention_factor);  // as RopeKernel
   __syncthreads();
 
   const int64_t slot = slots[row];

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "common/cuda/kernels/rope_table.cuh"
+
 namespace treespec::gpu::kernels {
 
 // One block per row (token). The block first builds the row's cos/sin table in shared memory,
@@ -22,13 +24,7 @@ __global__ void RopeKernel(__nv_bfloat16* __restrict__ x, int num_heads, int hea
   extern __shared__ float table[];  // [2, head_dim / 2]: cos, sin
   const int half = head_dim / 2;
   const int row = blockIdx.x;
-  const float position = static_cast<float>(positions[row]);
-  for (int f = threadIdx.x; f < half; f += blockDim.x) {
-    float s, c;
-    sincosf(__fmul_rn(position, inv_freq[f]), &s, &c);  // full-range, not the fast intrinsic
-    table[f] = __fmul_rn(c, attention_factor);
-    table[half + f] = __fmul_rn(s, attention_factor);
-  }
+  BuildRopeTable(table, half, positions[row], inv_freq, attention_factor);
   __syncthreads();
 
   __nv_bfloat16* xr = x + static_cast<int64_t>(row) * num_heads * head_dim;
