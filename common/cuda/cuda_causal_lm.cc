@@ -173,10 +173,12 @@ class CudaCausalLm final : public CausalLm {
   void Truncate(SeqId seq, int len) override { cache_.Truncate(seq, len); }
 
  private:
-  // Validates and reserves `batch`, then runs its new nodes in chunks of at most max_rows
-  // rows, entries in `order`; after each chunk's forward (logits in logits_) calls
-  // on_chunk(first row, rows) on the calling thread.
+  // Validates `batch` and reserves its slots; returns every entry's node depths.
+  absl::StatusOr<std::vector<std::vector<int32_t>>> PrepareBatch(absl::Span<const SeqTree> batch);
+  // Runs the new nodes of a prepared batch in chunks of at most max_rows rows, entries in
+  // `order`; after each chunk's forward (logits in logits_) calls on_chunk(first row, rows).
   absl::Status RunChunks(absl::Span<const SeqTree> batch, absl::Span<const int> order,
+                         const std::vector<std::vector<int32_t>>& depths,
                          const std::function<absl::Status(int, int)>& on_chunk);
   absl::Status RunChunk(absl::Span<const SeqTree> batch, absl::Span<const Piece> pieces,
                         const std::vector<std::vector<int32_t>>& depths);
@@ -306,9 +308,10 @@ absl::Status CudaCausalLm::Init(const TensorMaker& make) {
 absl::StatusOr<std::vector<float>> CudaCausalLm::Forward(absl::Span<const SeqTree> batch) {
   const size_t vocab = config_.vocab_size;
   std::vector<float> logits;
+  ASSIGN_OR_RETURN(const std::vector<std::vector<int32_t>> depths, PrepareBatch(batch));
   std::vector<int> order(batch.size());
   std::iota(order.begin(), order.end(), 0);
-  RETURN_IF_ERROR(RunChunks(batch, order, [&](int, int rows) -> absl::Status {
+  RETURN_IF_ERROR(RunChunks(batch, order, depths, [&](int, int rows) -> absl::Status {
     logits.resize(logits.size() + rows * vocab);
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits.data() + logits.size() - rows * vocab,
                                          logits_.data(), rows * vocab * sizeof(float),
@@ -326,17 +329,20 @@ absl::StatusOr<std::vector<float>> CudaCausalLm::Forward(absl::Span<const SeqTre
 absl::StatusOr<std::vector<StepResult>> CudaCausalLm::VerifyStep(absl::Span<const SeqTree> batch,
                                                                  absl::Span<const StepSpec> specs) {
   int64_t total_rows = 0;
-  int max_depth = 0;
   for (const SeqTree& s : batch) total_rows += static_cast<int64_t>(s.tokens.size());
   if (specs.size() != batch.size() || batch.size() > kStepSeqs || total_rows > kStepRows) {
     return CausalLm::VerifyStep(batch, specs);  // checks the specs; the host path
   }
+  for (const SeqTree& s : batch) {
+    if (s.first_new != 0) return CausalLm::VerifyStep(batch, specs);  // refuses it
+  }
+  // Nothing below reads a tree before it is validated here (depths of malformed parents
+  // would index out of range).
+  ASSIGN_OR_RETURN(const std::vector<std::vector<int32_t>> depths, PrepareBatch(batch));
+  int max_depth = 0;
   for (size_t b = 0; b < batch.size(); ++b) {
-    if (batch[b].first_new != 0) return CausalLm::VerifyStep(batch, specs);  // refuses it
-    if (batch[b].parents.size() != batch[b].tokens.size()) break;            // RunChunks names it
-    if (!specs[b].prefill) {
-      for (int32_t d : NodeDepths(batch[b].parents)) max_depth = std::max(max_depth, d);
-    }
+    if (specs[b].prefill) continue;
+    for (int32_t d : depths[b]) max_depth = std::max(max_depth, d);
   }
   const int max_path = std::min(kMaxPath, max_depth + 1);
   std::vector<int> order;  // trees first, then prefills
@@ -384,8 +390,7 @@ absl::StatusOr<std::vector<StepResult>> CudaCausalLm::VerifyStep(absl::Span<cons
     const SeqTree& t = batch[order[i]];
     const StepSpec& spec = specs[order[i]];
     const int n = static_cast<int>(t.tokens.size());
-    const std::vector<int32_t> depth =
-        spec.prefill ? std::vector<int32_t>() : NodeDepths(t.parents);
+    const std::vector<int32_t>& depth = depths[order[i]];
     for (int node = 0; node < n; ++node, ++row) {
       RowSampling& r = params[row];
       r = RowSampling();
@@ -408,7 +413,7 @@ absl::StatusOr<std::vector<StepResult>> CudaCausalLm::VerifyStep(absl::Span<cons
   // The forward, then the choice at every row of each chunk.
   CUDA_RETURN_IF_ERROR(cudaEventRecord(step_begin_, stream_));
   bool uploaded = false;
-  RETURN_IF_ERROR(RunChunks(batch, order, [&](int row0, int rows) -> absl::Status {
+  RETURN_IF_ERROR(RunChunks(batch, order, depths, [&](int row0, int rows) -> absl::Status {
     if (!uploaded) {
       // Page tables after the forward's reservation (the first chunk reserved everything).
       page_offsets[0] = 0;
@@ -497,13 +502,20 @@ absl::StatusOr<std::vector<StepResult>> CudaCausalLm::VerifyStep(absl::Span<cons
   return results;
 }
 
-absl::Status CudaCausalLm::RunChunks(absl::Span<const SeqTree> batch, absl::Span<const int> order,
-                                     const std::function<absl::Status(int, int)>& on_chunk) {
+absl::StatusOr<std::vector<std::vector<int32_t>>> CudaCausalLm::PrepareBatch(
+    absl::Span<const SeqTree> batch) {
   CUDA_RETURN_IF_ERROR(cudaSetDevice(cuda_.device));  // callers may be on any thread
   RETURN_IF_ERROR(ValidateForwardBatch(config_, cache_, batch));
   RETURN_IF_ERROR(ReserveForwardBatch(cache_, batch));
   std::vector<std::vector<int32_t>> depths;
+  depths.reserve(batch.size());
   for (const SeqTree& s : batch) depths.push_back(NodeDepths(s.parents));
+  return depths;
+}
+
+absl::Status CudaCausalLm::RunChunks(absl::Span<const SeqTree> batch, absl::Span<const int> order,
+                                     const std::vector<std::vector<int32_t>>& depths,
+                                     const std::function<absl::Status(int, int)>& on_chunk) {
   std::vector<Piece> chunk;
   int chunk_rows = 0, row0 = 0;
   auto flush = [&]() -> absl::Status {

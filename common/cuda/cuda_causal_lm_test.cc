@@ -276,6 +276,15 @@ TEST(CudaCausalLmTest, BadBatchesAreRefusedLikeTheCpu) {
   EXPECT_NE(bad.status().message().find("token id 5000"), std::string::npos) << bad.status();
   auto unknown = p.gpu->Forward({Chain(s + 100, 0, {1})});
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument) << unknown.status();
+  // The device verify step validates a tree before reading it: a parent that points past the
+  // node is refused, not followed.
+  SeqTree bad_tree = Chain(s, 0, {1, 2, 3});
+  bad_tree.parents[1] = 7;
+  auto refused_step = p.gpu->VerifyStep({bad_tree}, {StepSpec()});
+  EXPECT_EQ(refused_step.status().code(), absl::StatusCode::kInvalidArgument)
+      << refused_step.status();
+  EXPECT_NE(refused_step.status().message().find("parent 7 of node 1"), std::string::npos)
+      << refused_step.status();
   // The sequence still works afterwards.
   auto ok = p.gpu->Forward({Chain(s, 0, {1, 2, 3})});
   EXPECT_TRUE(ok.ok()) << ok.status();
