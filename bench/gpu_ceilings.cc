@@ -11,6 +11,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -20,6 +21,9 @@
 #include "common/cuda/cuda_check.h"
 #include "common/cuda/device_buffer.h"
 #include "common/cuda/gemm.h"
+#include "common/cuda/nccl_communicator.h"
+#include "common/model/communicator.h"
+#include "common/util/rank_threads.h"
 #include "common/util/status_macros.h"
 
 namespace treespec::gpu {
@@ -121,6 +125,45 @@ absl::StatusOr<double> MeasureBf16GemmRate(GemmRunner& gemm, cudaStream_t stream
   ASSIGN_OR_RETURN(const double seconds,
                    BestSeconds(stream, [&]() { return gemm.Run(args, stream); }));
   return 2.0 * kGemmSize * kGemmSize * static_cast<double>(kGemmSize) / seconds;
+}
+
+absl::StatusOr<double> MeasureAllReduceSeconds(int tp, size_t elements, int reps) {
+  std::vector<int> devices(tp);
+  std::iota(devices.begin(), devices.end(), 0);
+  ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Communicator>> comms,
+                   CreateNcclCommunicators(devices));
+  std::vector<absl::Status> status(tp);
+  double seconds = 0;
+  RankThreads threads(tp);
+  threads.Run([&](int r) {
+    status[r] = [&]() -> absl::Status {
+      CUDA_RETURN_IF_ERROR(cudaSetDevice(devices[r]));
+      cudaStream_t stream = nullptr;
+      cudaEvent_t begin = nullptr, end = nullptr;
+      CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      CUDA_RETURN_IF_ERROR(cudaEventCreate(&begin));
+      CUDA_RETURN_IF_ERROR(cudaEventCreate(&end));
+      ASSIGN_OR_RETURN(DeviceBuffer<__nv_bfloat16> data,
+                       DeviceBuffer<__nv_bfloat16>::Create(std::max<size_t>(elements, 1)));
+      RETURN_IF_ERROR(data.FillBytes(0, stream));
+      for (int i = 0; i < reps + 20; ++i) {
+        if (i == 20) CUDA_RETURN_IF_ERROR(cudaEventRecord(begin, stream));
+        RETURN_IF_ERROR(
+            comms[r]->AllReduceSum(data.data(), elements, CommType::kBFloat16, stream));
+      }
+      CUDA_RETURN_IF_ERROR(cudaEventRecord(end, stream));
+      CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+      float ms = 0;
+      CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, begin, end));
+      if (r == 0) seconds = ms * 1e-3 / reps;
+      cudaEventDestroy(begin);
+      cudaEventDestroy(end);
+      cudaStreamDestroy(stream);
+      return absl::OkStatus();
+    }();
+  });
+  for (const absl::Status& s : status) RETURN_IF_ERROR(s);
+  return seconds;
 }
 
 absl::StatusOr<GpuCeilings> MeasureGpuCeilings(cudaStream_t stream) {

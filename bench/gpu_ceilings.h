@@ -27,6 +27,12 @@ absl::StatusOr<double> MeasureCopyBandwidth(cudaStream_t stream);
 // warm-up. Adds that shape's plan to `gemm`. Needs 384 MiB of free device memory.
 absl::StatusOr<double> MeasureBf16GemmRate(GemmRunner& gemm, cudaStream_t stream);
 
+// Seconds per in-place bf16 all-reduce of `elements` elements over GPUs 0..tp-1 through the
+// NCCL Communicator (one thread per rank), each rank issuing `reps` back to back on its stream
+// after a warm-up: the per-collective cost a tensor-parallel forward pays (each of its
+// all-reduces is followed by a kernel that needs the result). Rank 0's events time it.
+absl::StatusOr<double> MeasureAllReduceSeconds(int tp, size_t elements, int reps = 200);
+
 // Both ceilings of the current device and its name, measured as above (a GemmRunner of its own).
 struct GpuCeilings {
   std::string device;

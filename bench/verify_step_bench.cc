@@ -1,9 +1,10 @@
 // treespec-verify-step-bench: one full verify step (DESIGN §3: forward of the tree, the
 // choice at every node, the walk and the KV commit) of a random-weight Llama-3-8B-shaped
-// target on one GPU, against the step's physical floor (DESIGN §7).
+// target on one GPU or tensor-parallel over several (NCCL), against the step's physical floor
+// (DESIGN §7).
 //
 //   treespec-verify-step-bench [--contexts=1024,8192,32768] [--nodes=1,16,64] [--reps=20]
-//                              [--layers=32] [--json=out.json]
+//                              [--layers=32] [--tp=1,2] [--json=out.json]
 //
 // Per context: one sequence is prefilled with random tokens (a real prefill through the same
 // model); then per tree size, each repetition verifies a random tree of that many nodes (node 0
@@ -13,16 +14,21 @@
 // 1 - span / wall, and the floor:
 //   bytes = every weight once + the K/V of the prefix and the tree (read) + the tree's K/V
 //           (written);  FLOPs = 2 · (matmul parameters) · nodes + attention
-//   floor = max(bytes / copy bandwidth, FLOPs / bf16 GEMM rate), both measured here first.
+//   floor = max(bytes / copy bandwidth, FLOPs / bf16 GEMM rate), both measured here first (on
+//           GPU 0); with tp GPUs the floor divides both by tp (the all-reduces are not in it).
+// For tp > 1 the step is also given as a fraction of the tp = 1 step at the same point (when
+// --tp lists 1 first).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -42,6 +48,11 @@ ABSL_FLAG(std::vector<std::string>, nodes, std::vector<std::string>({"1", "16", 
           "tree sizes (the bonus node included)");
 ABSL_FLAG(int, layers, 32, "decoder layers (32 for Llama-3-8B; fewer for a quick look)");
 ABSL_FLAG(int, reps, 20, "timed steps per point");
+ABSL_FLAG(std::vector<std::string>, tp, std::vector<std::string>({"1"}),
+          "tensor-parallel rank counts to run, each on GPUs 0..tp-1");
+ABSL_FLAG(bool, breakdown, false,
+          "also time every op of rank 0 (events after each op; separate steps, not the timed "
+          "ones) and print GPU us per step by op");
 ABSL_FLAG(std::string, json, "", "also write the results here");
 
 namespace treespec::gpu {
@@ -77,6 +88,91 @@ double AllParams(const ModelConfig& c) {
 
 using testing::RandomTree;
 
+// Times every (context, nodes) point on `model` (tp ranks) and appends the results.
+absl::Status RunPoints(CausalLm& model, const ModelConfig& config, const GpuCeilings& ceilings,
+                       int tp, const std::vector<int>& contexts, const std::vector<int>& nodes,
+                       std::map<std::pair<int, int>, double>& tp1_wall, nlohmann::json& results) {
+  std::mt19937 rng(7);
+  const int reps = absl::GetFlag(FLAGS_reps);
+  const int kv_width = config.num_layers * 2 * config.num_kv_heads * config.head_dim;
+  for (const int context : contexts) {
+    const SeqId seq = model.CreateSequence();
+    SeqTree prompt = RandomTree(seq, 0, context, config.vocab_size, rng);
+    for (int i = 0; i < context; ++i) prompt.parents[i] = i - 1;
+    StepSpec prefill;
+    prefill.prefill = true;
+    RETURN_IF_ERROR(model.VerifyStep({prompt}, {prefill}).status());
+    for (const int n : nodes) {
+      std::vector<double> wall_us, gpu_us;
+      double attended = 0;  // keys attended by the timed trees' nodes, summed, then averaged
+      for (int r = 0; r < reps + 3; ++r) {
+        const SeqTree tree = RandomTree(seq, context, n, config.vocab_size, rng);
+        if (r >= 3) {
+          for (int32_t d : NodeDepths(tree.parents)) attended += (context + d + 1.0) / reps;
+        }
+        const auto start = std::chrono::steady_clock::now();
+        RETURN_IF_ERROR(model.VerifyStep({tree}, {StepSpec()}).status());
+        const double wall =
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+                .count();
+        model.Truncate(seq, context);
+        if (r < 3) continue;  // warm-up: plans, first launches
+        wall_us.push_back(wall);
+        gpu_us.push_back(LastVerifyStepDeviceMs(model) * 1000.0);
+      }
+      std::sort(wall_us.begin(), wall_us.end());
+      std::sort(gpu_us.begin(), gpu_us.end());
+      const double wall = wall_us[wall_us.size() / 2], gpu = gpu_us[gpu_us.size() / 2];
+      const double bytes = 2.0 * AllParams(config) +
+                           2.0 * kv_width * (static_cast<double>(context) + n) +  // K/V read
+                           2.0 * kv_width * n;                                    // written
+      const double flops = 2.0 * MatmulParams(config) * n + 4.0 * config.num_layers *
+                                                                config.num_q_heads *
+                                                                config.head_dim * attended;
+      const double floor_us = ceilings.Floor(bytes / tp, flops / tp) * 1e6;
+      if (tp == 1) tp1_wall[{context, n}] = wall;
+      const auto base = tp1_wall.find({context, n});
+      const double vs_tp1 = base != tp1_wall.end() ? wall / base->second : 0.0;
+      std::printf("%4d %8d %6d %10.1f %10.1f %10.1f %7.2f %6.1f%% %7.2f\n", tp, context, n, wall,
+                  gpu, floor_us, wall / floor_us, 100.0 * (1.0 - gpu / wall), vs_tp1);
+      nlohmann::json ops = nlohmann::json::object();
+      if (absl::GetFlag(FLAGS_breakdown)) {
+        constexpr int kSteps = 5;
+        RETURN_IF_ERROR(SetOpTiming(model, true));
+        for (int r = 0; r < kSteps; ++r) {
+          const SeqTree tree = RandomTree(seq, context, n, config.vocab_size, rng);
+          RETURN_IF_ERROR(model.VerifyStep({tree}, {StepSpec()}).status());
+          model.Truncate(seq, context);
+        }
+        ASSIGN_OR_RETURN(const auto times, TakeOpTimes(model));
+        RETURN_IF_ERROR(SetOpTiming(model, false));
+        std::printf("       us/step by op:");
+        for (const auto& [op, ms] : times) {
+          if (ms <= 0) continue;
+          std::printf(" %s %.0f", op.c_str(), ms * 1000.0 / kSteps);
+          ops[op] = ms * 1000.0 / kSteps;
+        }
+        std::printf("\n");
+      }
+      std::fflush(stdout);
+      results.push_back({{"tp", tp},
+                         {"ops_us", ops},
+                         {"context", context},
+                         {"nodes", n},
+                         {"wall_us", wall},
+                         {"gpu_span_us", gpu},
+                         {"floor_us", floor_us},
+                         {"ratio_to_floor", wall / floor_us},
+                         {"host_share", 1.0 - gpu / wall},
+                         {"vs_tp1", vs_tp1},
+                         {"bytes", bytes},
+                         {"flops", flops}});
+    }
+    model.FreeSequence(seq);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Main() {
   std::vector<int> contexts, nodes;
   for (const std::string& s : absl::GetFlag(FLAGS_contexts)) contexts.push_back(std::stoi(s));
@@ -90,73 +186,36 @@ absl::Status Main() {
 
   ModelConfig config = Llama3_8B();
   config.max_position_embeddings = max_context + max_nodes + 16;
-  LmOptions lm;
-  lm.kv_page_size = 16;
-  lm.kv_pages = (config.max_position_embeddings + 15) / 16 + 8;
-  const auto load_start = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(std::unique_ptr<CausalLm> model, CreateRandomCudaCausalLm(config, 1, lm));
-  std::printf(
-      "%s: copy %.3g B/s, bf16 GEMM %.3g FLOP/s; Llama-3-8B shape, %d layers, %.2fB "
-      "params (made on the GPU in %.1f s)\n",
-      ceilings.device.c_str(), ceilings.copy_bandwidth, ceilings.bf16_gemm_rate, config.num_layers,
-      AllParams(config) / 1e9,
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count());
-  std::printf("%8s %6s %10s %10s %10s %7s %7s\n", "context", "nodes", "wall_us", "gpu_us",
-              "floor_us", "ratio", "host%");
-
   nlohmann::json results = nlohmann::json::array();
-  std::mt19937 rng(7);
-  const int reps = absl::GetFlag(FLAGS_reps);
-  const int kv_width = config.num_layers * 2 * config.num_kv_heads * config.head_dim;
-  for (const int context : contexts) {
-    const SeqId seq = model->CreateSequence();
-    SeqTree prompt = RandomTree(seq, 0, context, config.vocab_size, rng);
-    for (int i = 0; i < context; ++i) prompt.parents[i] = i - 1;
-    StepSpec prefill;
-    prefill.prefill = true;
-    RETURN_IF_ERROR(model->VerifyStep({prompt}, {prefill}).status());
-    for (const int n : nodes) {
-      std::vector<double> wall_us, gpu_us;
-      double attended = 0;  // keys attended by the timed trees' nodes, summed, then averaged
-      for (int r = 0; r < reps + 3; ++r) {
-        const SeqTree tree = RandomTree(seq, context, n, config.vocab_size, rng);
-        if (r >= 3) {
-          for (int32_t d : NodeDepths(tree.parents)) attended += (context + d + 1.0) / reps;
-        }
-        const auto start = std::chrono::steady_clock::now();
-        RETURN_IF_ERROR(model->VerifyStep({tree}, {StepSpec()}).status());
-        const double wall =
-            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
-                .count();
-        model->Truncate(seq, context);
-        if (r < 3) continue;  // warm-up: plans, first launches
-        wall_us.push_back(wall);
-        gpu_us.push_back(LastVerifyStepDeviceMs(*model) * 1000.0);
+  std::map<std::pair<int, int>, double> tp1_wall;  // (context, nodes) -> wall us at tp = 1
+  for (const std::string& tp_flag : absl::GetFlag(FLAGS_tp)) {
+    const int tp = std::stoi(tp_flag);
+    LmOptions lm;
+    lm.kv_page_size = 16;
+    lm.kv_pages = (config.max_position_embeddings + 15) / 16 + 8;
+    lm.tensor_parallel = tp;
+    const auto load_start = std::chrono::steady_clock::now();
+    ASSIGN_OR_RETURN(std::unique_ptr<CausalLm> model, CreateRandomCudaCausalLm(config, 1, lm));
+    std::printf(
+        "%s: copy %.3g B/s, bf16 GEMM %.3g FLOP/s; Llama-3-8B shape, %d layers, %.2fB "
+        "params, tp %d on %s (made on the GPUs in %.1f s)\n",
+        ceilings.device.c_str(), ceilings.copy_bandwidth, ceilings.bf16_gemm_rate,
+        config.num_layers, AllParams(config) / 1e9, tp, model->device().c_str(),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count());
+    if (tp > 1) {
+      // The forward's collectives: an all-reduce of [rows, hidden] bf16 after the embedding and
+      // after each o_proj and down_proj.
+      for (const int n : nodes) {
+        ASSIGN_OR_RETURN(const double s,
+                         MeasureAllReduceSeconds(tp, static_cast<size_t>(n) * config.hidden_size));
+        std::printf("  all-reduce of %d x %d bf16 over %d GPUs: %.1f us; %d per step = %.0f us\n",
+                    n, config.hidden_size, tp, s * 1e6, 2 * config.num_layers + 1,
+                    s * 1e6 * (2 * config.num_layers + 1));
       }
-      std::sort(wall_us.begin(), wall_us.end());
-      std::sort(gpu_us.begin(), gpu_us.end());
-      const double wall = wall_us[wall_us.size() / 2], gpu = gpu_us[gpu_us.size() / 2];
-      const double bytes = 2.0 * AllParams(config) +
-                           2.0 * kv_width * (static_cast<double>(context) + n) +  // K/V read
-                           2.0 * kv_width * n;                                    // written
-      const double flops = 2.0 * MatmulParams(config) * n + 4.0 * config.num_layers *
-                                                                config.num_q_heads *
-                                                                config.head_dim * attended;
-      const double floor_us = ceilings.Floor(bytes, flops) * 1e6;
-      std::printf("%8d %6d %10.1f %10.1f %10.1f %7.2f %6.1f%%\n", context, n, wall, gpu, floor_us,
-                  wall / floor_us, 100.0 * (1.0 - gpu / wall));
-      std::fflush(stdout);
-      results.push_back({{"context", context},
-                         {"nodes", n},
-                         {"wall_us", wall},
-                         {"gpu_span_us", gpu},
-                         {"floor_us", floor_us},
-                         {"ratio_to_floor", wall / floor_us},
-                         {"host_share", 1.0 - gpu / wall},
-                         {"bytes", bytes},
-                         {"flops", flops}});
     }
-    model->FreeSequence(seq);
+    std::printf("%4s %8s %6s %10s %10s %10s %7s %7s %7s\n", "tp", "context", "nodes", "wall_us",
+                "gpu_us", "floor_us", "ratio", "host%", "vs_tp1");
+    RETURN_IF_ERROR(RunPoints(*model, config, ceilings, tp, contexts, nodes, tp1_wall, results));
   }
   WriteBenchJson(absl::GetFlag(FLAGS_json), ceilings, results, {{"layers", config.num_layers}});
   return absl::OkStatus();

@@ -59,12 +59,14 @@ double TopTwoMargin(CausalLm& model, const std::vector<int32_t>& context) {
   return (sorted[0] - sorted[1]) / scale;
 }
 
-TEST(EngineGpuTest, SpeculativeGreedyEqualsTargetOnly) {
-  if (!gpu::CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device: GPU test skipped";
+// The target runs tensor-parallel over GPUs 0..tp-1; the draft model on one GPU.
+void CheckSpeculativeGreedyEqualsTargetOnly(int tp) {
   LmOptions lm;
   lm.max_batch = 8;
+  lm.tensor_parallel = tp;
   auto target = gpu::LoadCudaCausalLm(Path("models/tiny-target"), lm);
   ASSERT_TRUE(target.ok()) << target.status();
+  lm.tensor_parallel = 1;
   auto draft = gpu::LoadCudaCausalLm(Path("models/tiny-draft"), lm);
   ASSERT_TRUE(draft.ok()) << draft.status();
   auto tokenizer = LoadTokenizer(Path("models/tiny-target/tokenizer.json"));
@@ -115,6 +117,16 @@ TEST(EngineGpuTest, SpeculativeGreedyEqualsTargetOnly) {
             << " accepted, mean acceptance length " << mean_acceptance << "\n";
   EXPECT_LE(diverged, 2) << "near-ties should be rare";
   EXPECT_GT(mean_acceptance, 2.5) << "the draft tree should be accepted several tokens deep";
+}
+
+TEST(EngineGpuTest, SpeculativeGreedyEqualsTargetOnly) {
+  if (!gpu::CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device: GPU test skipped";
+  CheckSpeculativeGreedyEqualsTargetOnly(1);
+}
+
+TEST(EngineGpuTest, TensorParallelTargetSpeculativeGreedyEqualsTargetOnly) {
+  if (gpu::CudaDeviceCount() < 2) GTEST_SKIP() << "fewer than 2 GPUs: TP=2 test skipped";
+  CheckSpeculativeGreedyEqualsTargetOnly(2);
 }
 
 }  // namespace

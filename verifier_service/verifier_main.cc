@@ -27,8 +27,9 @@ ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on");
 ABSL_FLAG(int, port, 50051, "port to listen on; 0 picks a free one (printed at start)");
 ABSL_FLAG(std::string, drafter, "", "gRPC target of the drafter pool; empty = no speculation");
 ABSL_FLAG(std::string, device, "auto",
-          "model backend: auto (CUDA when a GPU is present), cpu, cuda or cuda:N");
-ABSL_FLAG(int, tp, 1, "tensor-parallel ranks (threads on CPU)");
+          "model backend: auto (CUDA when --tp GPUs are present), cpu, cuda, cuda:N (--tp GPUs "
+          "from N) or cuda:N,M,... (one GPU per rank)");
+ABSL_FLAG(int, tp, 1, "tensor-parallel ranks (one GPU each over NCCL; threads on the CPU)");
 ABSL_FLAG(int, max_batch, 16, "requests verified together per step");
 ABSL_FLAG(int, max_queue, 1024, "waiting requests beyond this get RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, kv_pages, 0, "KV-cache pages; 0 = max_batch full contexts");

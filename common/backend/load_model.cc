@@ -1,8 +1,12 @@
 #include "common/backend/load_model.h"
 
+#include <vector>
+
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/util/log.h"
 
 #if TREESPEC_WITH_CUDA
@@ -12,47 +16,85 @@
 namespace treespec {
 namespace {
 
-bool GpuPresent() {
+int GpuCount() {
 #if TREESPEC_WITH_CUDA
-  return gpu::CudaDeviceAvailable();
+  return gpu::CudaDeviceCount();
 #else
-  return false;
+  return 0;
 #endif
+}
+
+// "cuda:a,b,..." for `devices`.
+std::string CudaName(const std::vector<int>& devices) {
+  return absl::StrCat("cuda:", absl::StrJoin(devices, ","));
+}
+
+// The GPU list of a resolved "cuda:a,b,..." name.
+absl::StatusOr<std::vector<int>> ParseCudaList(const std::string& flag, absl::string_view list) {
+  std::vector<int> devices;
+  for (absl::string_view part : absl::StrSplit(list, ',')) {
+    int ordinal = 0;
+    if (!absl::SimpleAtoi(part, &ordinal) || ordinal < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--device=", flag, ": want cuda:N or cuda:N,M,... (GPU ordinals)"));
+    }
+    devices.push_back(ordinal);
+  }
+  return devices;
 }
 
 }  // namespace
 
 absl::StatusOr<std::string> ResolveDevice(const std::string& device, const LmOptions& options) {
+  const int tp = options.tensor_parallel;
   if (device == "cpu") return std::string("cpu");
+  const int gpus = GpuCount();
   if (device == "auto" || device.empty()) {
-    if (!GpuPresent()) return std::string("cpu");
-    if (options.tensor_parallel > 1) {
-      TS_LOG(kWarning,
-             "--device=auto: --tp=%d runs on the CPU backend (the CUDA backend is one "
-             "GPU until NCCL tensor parallelism lands)",
-             options.tensor_parallel);
+    if (gpus == 0) return std::string("cpu");
+    if (tp > gpus) {
+      TS_LOG(kWarning, "--device=auto: --tp=%d needs %d GPUs, %d present; running on the CPU",
+             tp, tp, gpus);
       return std::string("cpu");
     }
-    return std::string("cuda:0");
+    std::vector<int> devices;
+    for (int r = 0; r < tp; ++r) devices.push_back(r);
+    return CudaName(devices);
   }
   if (device == "cuda" || absl::StartsWith(device, "cuda:")) {
-    int ordinal = 0;
-    if (device != "cuda" && !absl::SimpleAtoi(device.substr(5), &ordinal)) {
-      return absl::InvalidArgumentError(absl::StrCat("--device=", device, ": want cuda:N"));
+    std::vector<int> devices;
+    if (device == "cuda") {
+      for (int r = 0; r < tp; ++r) devices.push_back(r);
+    } else {
+      absl::StatusOr<std::vector<int>> listed = ParseCudaList(device, device.substr(5));
+      if (!listed.ok()) return listed.status();
+      devices = *listed;
+      // One ordinal with --tp > 1: that many consecutive GPUs from it.
+      for (int r = 1; devices.size() == 1 && r < tp; ++r) devices.push_back(devices[0] + r);
     }
 #if TREESPEC_WITH_CUDA
-    if (!GpuPresent()) {
+    if (gpus == 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("--device=", device, ": no CUDA device is usable on this machine"));
     }
-    return absl::StrCat("cuda:", ordinal);
+    if (static_cast<int>(devices.size()) != tp) {
+      return absl::InvalidArgumentError(absl::StrCat("--device=", device, " lists ",
+                                                     devices.size(), " GPUs but --tp=", tp,
+                                                     " (one GPU per rank)"));
+    }
+    for (int d : devices) {
+      if (d >= gpus) {
+        return absl::InvalidArgumentError(absl::StrCat("--device=", device, ": GPU ", d,
+                                                       " does not exist (", gpus, " present)"));
+      }
+    }
+    return CudaName(devices);
 #else
     return absl::InvalidArgumentError(
         absl::StrCat("--device=", device, ": this build has no CUDA backend (built without nvcc)"));
 #endif
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("--device=", device, ": want auto, cpu, cuda or cuda:N"));
+      absl::StrCat("--device=", device, ": want auto, cpu, cuda, cuda:N or cuda:N,M,..."));
 }
 
 absl::StatusOr<std::unique_ptr<CausalLm>> LoadCausalLm(const std::string& model_dir,
@@ -63,9 +105,9 @@ absl::StatusOr<std::unique_ptr<CausalLm>> LoadCausalLm(const std::string& model_
   if (*resolved == "cpu") return LoadCpuCausalLm(model_dir, options);
 #if TREESPEC_WITH_CUDA
   gpu::CudaLmOptions cuda;
-  if (!absl::SimpleAtoi(resolved->substr(5), &cuda.device)) {
-    return absl::InternalError(absl::StrCat("bad device ", *resolved));
-  }
+  absl::StatusOr<std::vector<int>> devices = ParseCudaList(*resolved, resolved->substr(5));
+  if (!devices.ok()) return devices.status();
+  cuda.devices = *devices;
   return gpu::LoadCudaCausalLm(model_dir, options, cuda);
 #else
   return absl::InternalError(absl::StrCat("unreachable device ", *resolved));

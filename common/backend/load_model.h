@@ -1,6 +1,7 @@
-// Choosing the model backend by flag (issue 3 item 6): `--device=auto|cpu|cuda|cuda:N` for both
-// services. auto picks the CUDA backend when this build has it and a GPU is present (with one
-// rank: NCCL tensor parallelism is not in yet), else the CPU reference.
+// Choosing the model backend by flag (issue 3 items 3 and 6): `--device=auto|cpu|cuda|cuda:N|
+// cuda:N,M,...` with `--tp` for both services. auto picks the CUDA backend when this build has
+// it and at least --tp GPUs are present (GPUs 0..tp-1), else the CPU reference. cuda:N with
+// --tp > 1 means tp consecutive GPUs from N; a list names one GPU per rank.
 #ifndef TREESPEC_COMMON_BACKEND_LOAD_MODEL_H_
 #define TREESPEC_COMMON_BACKEND_LOAD_MODEL_H_
 
@@ -12,8 +13,9 @@
 
 namespace treespec {
 
-// The backend `device` resolves to here: "cpu" or "cuda:N". INVALID_ARGUMENT names the flag
-// for an unknown value, a CUDA device in a CPU-only build or on a machine without a GPU.
+// The backend `device` resolves to here: "cpu" or "cuda:N[,M...]" (one GPU per rank).
+// INVALID_ARGUMENT names the flag for an unknown value, a CUDA device in a CPU-only build or on
+// a machine without a GPU, a GPU that is not there, or a list whose length is not --tp.
 absl::StatusOr<std::string> ResolveDevice(const std::string& device, const LmOptions& options);
 
 // Loads `model_dir` on the backend `device` names (as ResolveDevice).

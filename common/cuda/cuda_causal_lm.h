@@ -1,32 +1,34 @@
-// The CUDA backend of CausalLm (DESIGN §5): bf16 weights and KV cache on one GPU, fp32
-// accumulation, cuBLASLt GEMMs and our kernels for the rest (embedding, residual + RMSNorm,
-// QKV → RoPE → paged K/V write, tree attention, SiLU·mul, KV commit).
+// The CUDA backend of CausalLm (DESIGN §5–6): bf16 weights and KV cache, fp32 accumulation,
+// cuBLASLt GEMMs and our kernels for the rest, on one GPU or tensor-parallel over several.
 //
-// One layer, per forward:
-//   x  += out (previous sublayer; the first layer starts from the embedding)
-//   h   = RMSNorm(x)                        LaunchRmsNorm (residual fused)
-//   qkv = h · [Wq; Wk; Wv]ᵀ (+ bias)        one GEMM on the concatenated projection
-//   q, K/V cache = RoPE(qkv) at the nodes' positions and slots     LaunchKvWrite
-//   a   = tree attention(q) over the prefix and the tree           TreeAttention
-//   out = a · Woᵀ;  x += out;  h = RMSNorm(x)
-//   out = (SiLU(h · Wgateᵀ) * (h · Wupᵀ)) · Wdownᵀ   gate and up as one GEMM
-// then logits = RMSNorm(x) · headᵀ in fp32.
+// Tensor parallelism (Megatron layout, tp_plan.h: any rank count up to the q heads, uneven
+// splits): each rank is a ModelShard (model_shard.h: the per-layer math is there) on its own
+// GPU, driven from its own thread (RankThreads), with an NCCL communicator: one all-reduce
+// after o_proj and one after down_proj, a vocab-parallel embedding and LM head. The page table
+// (PagedKvCache) is one, shared by every rank's KV pool. The host prepares each chunk's metadata
+// once; every rank uploads it, so the ranks never wait on each other on the host.
 //
-// All device memory is allocated at creation: the weights, the KV pool, activations for
+// All device memory is allocated at creation: the weights, the KV pools, activations for
 // `max_rows` rows and the attention's work space. A Forward with more new nodes than that runs
 // in chunks of rows (a later chunk sees the earlier chunks' K/V like a drafter's first_new).
-// Forward returns the logits on the host, as the interface says; that copy is the test and
-// fallback path (the fused verify step that keeps logits on the GPU comes on top of this).
-// Not thread-safe: Forward, Commit and Truncate from one thread at a time.
+// Forward returns the logits on the host, as the interface says (the test and fallback path);
+// VerifyStep keeps the logits on the GPUs: choice, walk and KV commit run there and only the
+// accepted paths come back. Greedy rows under tp > 1 exchange only (max, id) per rank.
+// Not thread-safe: Forward, VerifyStep, Commit and Truncate from one thread at a time.
 //
 // Numerics against the fp32 CPU reference: weights, activations and the residual stream are
-// bf16 (rounded after every op), so logits agree to bf16-level error, not bit for bit.
+// bf16 (rounded after every op), so logits agree to bf16-level error, not bit for bit; tp > 1
+// rounds each rank's partial sum to bf16 before the all-reduce, so it agrees with tp = 1 to
+// the same level. A CUDA or NCCL error in the middle of a tensor-parallel step may leave the
+// other ranks waiting in a collective: the model is then unusable (the error is returned).
 #ifndef TREESPEC_COMMON_CUDA_CUDA_CAUSAL_LM_H_
 #define TREESPEC_COMMON_CUDA_CUDA_CAUSAL_LM_H_
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/model/causal_lm.h"
@@ -36,14 +38,17 @@
 namespace treespec::gpu {
 
 struct CudaLmOptions {
-  int device = 0;       // CUDA device ordinal
+  // The GPU of each tensor-parallel rank (size options.tensor_parallel, distinct ordinals);
+  // empty: tensor_parallel consecutive ordinals from `device`.
+  std::vector<int> devices;
+  int device = 0;
   int max_rows = 2048;  // new nodes per internal forward chunk (activation buffers)
 };
 
-// Builds the model on `cuda.device` from full fp32 host weights (converted to bf16 there).
-// options.tensor_parallel must be 1 (NCCL tensor parallelism is a separate backend step).
-// KV pool as the CPU backend sizes it. INVALID_ARGUMENT for bad options or shapes;
-// UNAVAILABLE without a usable device; RESOURCE_EXHAUSTED when the GPU memory is too small.
+// Builds the model from full fp32 host weights (each rank converts its slice to bf16 on its
+// GPU). KV pools as the CPU backend sizes them. INVALID_ARGUMENT for bad options, shapes or a
+// device list that does not match options.tensor_parallel; UNAVAILABLE without usable devices
+// or NCCL; RESOURCE_EXHAUSTED when the GPU memory is too small.
 absl::StatusOr<std::unique_ptr<CausalLm>> CreateCudaCausalLm(const ModelConfig& config,
                                                              const ModelWeights& weights,
                                                              const LmOptions& options,
@@ -66,8 +71,15 @@ absl::StatusOr<std::unique_ptr<CausalLm>> LoadCudaCausalLm(const std::string& mo
 // share of a step.
 double LastVerifyStepDeviceMs(const CausalLm& model);
 
-// Whether a CUDA device is usable here (the services' default backend choice).
+// Per-op GPU time of rank 0's forward and step (benchmarks: where the time goes). With timing
+// on, every op is followed by an event (a little slower); TakeOpTimes returns (op, ms) summed
+// since the last call, ops in forward order. FAILED_PRECONDITION for other backends.
+absl::Status SetOpTiming(CausalLm& model, bool on);
+absl::StatusOr<std::vector<std::pair<std::string, double>>> TakeOpTimes(CausalLm& model);
+
+// Whether a CUDA device is usable here (the services' default backend choice), and how many.
 bool CudaDeviceAvailable();
+int CudaDeviceCount();
 
 }  // namespace treespec::gpu
 

@@ -1,6 +1,7 @@
 // The CUDA CausalLm against the CPU reference (DESIGN §8): the same weights in both, the same
 // batches (a prefill chain, then a random tree after it), logits compared row by row; chunked
-// forwards equal whole ones; Commit moves the accepted K/V like CommitPath. Models: the
+// forwards equal whole ones; Commit moves the accepted K/V like CommitPath; tensor parallelism
+// over two GPUs where the machine has them. Models: the
 // embedded tiny pair (models/), a random Qwen2-style model (q/k/v bias, untied head, d 64)
 // and a random Qwen3-style one (q/k norm, d 128). Skips without a GPU.
 //
@@ -39,7 +40,9 @@ struct Pair {
 // `make_weights` gives the same weights on every call (one copy per backend).
 using WeightsFn = std::function<ModelWeights()>;
 
-Pair Build(const ModelConfig& config, const WeightsFn& make_weights, int max_rows = 2048) {
+// The GPU model tensor-parallel over GPUs 0..tp-1.
+Pair Build(const ModelConfig& config, const WeightsFn& make_weights, int max_rows = 2048,
+           int tp = 1) {
   LmOptions options;
   options.max_batch = 4;
   Pair p;
@@ -47,6 +50,7 @@ Pair Build(const ModelConfig& config, const WeightsFn& make_weights, int max_row
   EXPECT_TRUE(cpu.ok()) << cpu.status();
   CudaLmOptions cuda;
   cuda.max_rows = max_rows;
+  options.tensor_parallel = tp;
   auto gpu = CreateCudaCausalLm(config, make_weights(), options, cuda);
   EXPECT_TRUE(gpu.ok()) << gpu.status();
   if (cpu.ok()) p.cpu = *std::move(cpu);
@@ -101,9 +105,10 @@ void Compare(const std::vector<float>& cpu, const std::vector<float>& gpu, int v
 // Prefill of a chain, then a tree after it, on both backends; then a commit of a path with gaps
 // and one decode step after it.
 void CheckModel(const std::string& name, const ModelConfig& config, const WeightsFn& weights,
-                int max_rows = 2048) {
+                int max_rows = 2048, int tp = 1) {
   SCOPED_TRACE(name);
-  Pair p = Build(config, weights, max_rows);
+  Pair p = Build(config, weights, max_rows, tp);
+  if (p.gpu) EXPECT_EQ(p.gpu->tensor_parallel(), tp);
   ASSERT_TRUE(p.cpu && p.gpu);
   std::mt19937 rng(11);
   std::vector<int32_t> prompt;
@@ -193,12 +198,14 @@ TEST(CudaCausalLmTest, ChunkedForwardMatchesCpu) {
 // same model (CausalLm::VerifyStep: Forward, ChooseToken, WalkTree, Commit): identical logits
 // on both sides, so identical paths and tokens, step after step, for a batch mixing prefills
 // and trees, greedy and sampled requests. A wrong commit shows up in the later steps.
-TEST(CudaCausalLmTest, DeviceVerifyStepEqualsHostPath) {
-  SKIP_WITHOUT_GPU();
+// Sequence 1 samples on even steps only, so odd steps are all greedy (under tp > 1 the ranks
+// then exchange (max, id) pairs instead of logits) and even steps mix greedy and sampled rows.
+void CheckDeviceVerifyStep(int tp) {
   ModelConfig config = testing::TinyTargetConfig();
   config.vocab_size = 16;  // tiny, so random trees are often accepted several nodes deep
   LmOptions options;
   options.max_batch = 4;
+  options.tensor_parallel = tp;
   auto device_lm = CreateCudaCausalLm(config, testing::RandomWeights(config, 21), options);
   auto host_lm = CreateCudaCausalLm(config, testing::RandomWeights(config, 21), options);
   ASSERT_TRUE(device_lm.ok() && host_lm.ok());
@@ -238,6 +245,7 @@ TEST(CudaCausalLmTest, DeviceVerifyStepEqualsHostPath) {
       t.seq = hs[i];
       hbatch.push_back(t);
     }
+    specs[1].sampling.temperature = step % 2 == 0 ? 0.9f : 0.0f;
     std::vector<StepSpec> step_specs;
     for (int i = 0; i < kSeqs; ++i) {
       if (step >= i) step_specs.push_back(specs[i]);
@@ -265,6 +273,38 @@ TEST(CudaCausalLmTest, DeviceVerifyStepEqualsHostPath) {
   EXPECT_GT(accepted_deep, 5) << "the commit of accepted nodes was hardly exercised";
 }
 
+TEST(CudaCausalLmTest, DeviceVerifyStepEqualsHostPath) {
+  SKIP_WITHOUT_GPU();
+  CheckDeviceVerifyStep(1);
+}
+
+// Tensor parallelism over two GPUs (NCCL): logits against the CPU for the tiny target and for
+// a model whose split is uneven everywhere (6 q heads over 3 KV heads, so a GQA group straddles
+// the ranks and its KV head lives on both; 5 MLP units of 64 split 2 + 3; an odd vocabulary;
+// q/k/v bias and an untied head), and the device verify step (both choice paths, walk and
+// commit on every rank) against the host path.
+TEST(CudaCausalLmTest, TensorParallelTwoGpus) {
+  if (CudaDeviceCount() < 2) GTEST_SKIP() << "fewer than 2 GPUs: TP=2 test skipped";
+  const std::string dir = absl::StrCat(TREESPEC_SOURCE_DIR, "/models/tiny-target");
+  auto tiny = LoadModelConfig(dir);
+  ASSERT_TRUE(tiny.ok()) << tiny.status();
+  CheckModel("tiny-target tp=2", *tiny, [&] { return *LoadModelWeights(dir, *tiny); }, 2048, 2);
+
+  ModelConfig uneven = testing::SmallLlamaConfig();
+  uneven.architecture = "Qwen2ForCausalLM";
+  uneven.qkv_bias = true;
+  uneven.tie_word_embeddings = false;
+  uneven.num_q_heads = 6;
+  uneven.num_kv_heads = 3;
+  uneven.head_dim = 64;
+  uneven.hidden_size = 384;
+  uneven.intermediate_size = 320;
+  uneven.vocab_size = 1001;
+  CheckModel("uneven qwen2-style tp=2", uneven, Random(uneven, 8), 2048, 2);
+  CheckModel("uneven qwen2-style tp=2, 5-row chunks", uneven, Random(uneven, 8), 5, 2);
+  CheckDeviceVerifyStep(2);
+}
+
 TEST(CudaCausalLmTest, BadBatchesAreRefusedLikeTheCpu) {
   SKIP_WITHOUT_GPU();
   ModelConfig config = testing::TinyTargetConfig();
@@ -289,10 +329,20 @@ TEST(CudaCausalLmTest, BadBatchesAreRefusedLikeTheCpu) {
   auto ok = p.gpu->Forward({Chain(s, 0, {1, 2, 3})});
   EXPECT_TRUE(ok.ok()) << ok.status();
 
+  // One GPU per rank, as many GPUs as ranks.
   LmOptions tp2;
   tp2.tensor_parallel = 2;
-  auto refused = CreateCudaCausalLm(config, testing::RandomWeights(config, 1), tp2);
+  CudaLmOptions twice;
+  twice.devices = {0, 0};
+  auto refused = CreateCudaCausalLm(config, testing::RandomWeights(config, 1), tp2, twice);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_NE(refused.status().message().find("listed twice"), std::string::npos)
+      << refused.status();
+  CudaLmOptions one;
+  one.devices = {0};
+  auto short_list = CreateCudaCausalLm(config, testing::RandomWeights(config, 1), tp2, one);
+  EXPECT_EQ(short_list.status().code(), absl::StatusCode::kInvalidArgument)
+      << short_list.status();
 }
 
 }  // namespace

@@ -8,6 +8,10 @@
 #include <mutex>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "common/model/dtype.h"
+#include "common/util/log.h"
+
 namespace treespec {
 namespace {
 
@@ -42,9 +46,31 @@ class Barrier {
 struct Shared {
   explicit Shared(int n) : barrier(n), inputs(n), partial(n) {}
   Barrier barrier;
-  std::vector<const float*> inputs;         // [world] each rank's buffer of this collective
-  std::vector<std::vector<float>> partial;  // [world] rank r's reduced chunk
+  std::vector<const void*> inputs;                  // [world] each rank's buffer of this collective
+  std::vector<std::vector<unsigned char>> partial;  // [world] rank r's reduced chunk
 };
+
+// Elements [begin, end) of the sum over `inputs` in rank order, written to `out`.
+template <typename T>
+void SumRange(const std::vector<const void*>& inputs, size_t begin, size_t end, void* out) {
+  T* o = static_cast<T*>(out);
+  for (size_t e = begin; e < end; ++e) {
+    T sum = static_cast<const T*>(inputs[0])[e];
+    for (size_t r = 1; r < inputs.size(); ++r) sum += static_cast<const T*>(inputs[r])[e];
+    o[e - begin] = sum;
+  }
+}
+
+void SumRangeBf16(const std::vector<const void*>& inputs, size_t begin, size_t end, void* out) {
+  uint16_t* o = static_cast<uint16_t*>(out);
+  for (size_t e = begin; e < end; ++e) {
+    float sum = Bf16BitsToFloat(static_cast<const uint16_t*>(inputs[0])[e]);
+    for (size_t r = 1; r < inputs.size(); ++r) {
+      sum += Bf16BitsToFloat(static_cast<const uint16_t*>(inputs[r])[e]);
+    }
+    o[e - begin] = FloatToBf16Bits(sum);
+  }
+}
 
 class InProcessCommunicator final : public Communicator {
  public:
@@ -57,44 +83,58 @@ class InProcessCommunicator final : public Communicator {
   // Reduce-scatter then all-gather: rank r sums chunk r over ranks 0..n-1 in rank order into
   // its own `partial`, then every rank copies all chunks. Each element is summed by exactly one
   // rank in the fixed order, so every rank receives the same bits.
-  void AllReduceSum(absl::Span<float> data) override {
-    if (world_size_ == 1) return;
-    const size_t size = data.size();
+  absl::Status AllReduceSum(void* data, size_t size, CommType type, void*) override {
+    if (world_size_ == 1) return absl::OkStatus();
+    const size_t elem = CommTypeBytes(type);
     const size_t chunk = (size + world_size_ - 1) / world_size_;
-    shared_->inputs[rank_] = data.data();
+    shared_->inputs[rank_] = data;
     shared_->barrier.Wait();  // every input is published
 
     const size_t begin = std::min(size, chunk * rank_);
     const size_t end = std::min(size, begin + chunk);
-    std::vector<float>& mine = shared_->partial[rank_];
-    mine.resize(end - begin);
-    for (size_t e = begin; e < end; ++e) {
-      float sum = shared_->inputs[0][e];
-      for (int r = 1; r < world_size_; ++r) sum += shared_->inputs[r][e];
-      mine[e - begin] = sum;
+    std::vector<unsigned char>& mine = shared_->partial[rank_];
+    mine.resize((end - begin) * elem);
+    switch (type) {
+      case CommType::kFloat32:
+        SumRange<float>(shared_->inputs, begin, end, mine.data());
+        break;
+      case CommType::kInt32:
+        SumRange<int32_t>(shared_->inputs, begin, end, mine.data());
+        break;
+      case CommType::kBFloat16:
+        SumRangeBf16(shared_->inputs, begin, end, mine.data());
+        break;
     }
     shared_->barrier.Wait();  // every chunk is reduced; nobody reads the inputs any more
 
     for (int r = 0; r < world_size_; ++r) {
       const size_t b = std::min(size, chunk * r);
       const size_t len = std::min(size, b + chunk) - b;
-      if (len > 0) std::memcpy(data.data() + b, shared_->partial[r].data(), len * sizeof(float));
+      if (len > 0) {
+        std::memcpy(static_cast<unsigned char*>(data) + b * elem, shared_->partial[r].data(),
+                    len * elem);
+      }
     }
     // The next collective's first barrier keeps `partial` alive until everyone has copied.
+    return absl::OkStatus();
   }
 
-  void AllGather(absl::Span<const float> send, absl::Span<float> recv) override {
-    const size_t size = send.size();
+  absl::Status AllGather(const void* send, void* recv, size_t size, CommType type,
+                         void*) override {
+    const size_t bytes = size * CommTypeBytes(type);
     if (world_size_ == 1) {
-      std::copy(send.begin(), send.end(), recv.begin());
-      return;
+      if (bytes > 0) std::memmove(recv, send, bytes);
+      return absl::OkStatus();
     }
-    shared_->inputs[rank_] = send.data();
+    shared_->inputs[rank_] = send;
     shared_->barrier.Wait();
     for (int r = 0; r < world_size_; ++r) {
-      if (size > 0) std::memcpy(recv.data() + r * size, shared_->inputs[r], size * sizeof(float));
+      if (bytes > 0) {
+        std::memcpy(static_cast<unsigned char*>(recv) + r * bytes, shared_->inputs[r], bytes);
+      }
     }
     shared_->barrier.Wait();  // senders may reuse their buffers only after everyone copied
+    return absl::OkStatus();
   }
 
   void Barrier() override {
@@ -108,6 +148,32 @@ class InProcessCommunicator final : public Communicator {
 };
 
 }  // namespace
+
+size_t CommTypeBytes(CommType type) {
+  switch (type) {
+    case CommType::kFloat32:
+    case CommType::kInt32:
+      return 4;
+    case CommType::kBFloat16:
+      return 2;
+  }
+  return 0;
+}
+
+void Communicator::AllReduceSum(absl::Span<float> data) {
+  const absl::Status s = AllReduceSum(data.data(), data.size(), CommType::kFloat32, nullptr);
+  if (!s.ok()) Fatal(absl::StrCat("Communicator::AllReduceSum: ", s.ToString()));
+}
+
+void Communicator::AllGather(absl::Span<const float> send, absl::Span<float> recv) {
+  if (recv.size() != send.size() * static_cast<size_t>(world_size())) {
+    Fatal(absl::StrCat("Communicator::AllGather: recv holds ", recv.size(), " floats, want ",
+                       send.size() * world_size()));
+  }
+  const absl::Status s =
+      AllGather(send.data(), recv.data(), send.size(), CommType::kFloat32, nullptr);
+  if (!s.ok()) Fatal(absl::StrCat("Communicator::AllGather: ", s.ToString()));
+}
 
 std::vector<std::unique_ptr<Communicator>> CreateInProcessCommunicators(int world_size) {
   auto shared = std::make_shared<Shared>(world_size);

@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/model/dtype.h"
 #include "gtest/gtest.h"
 
 namespace treespec {
@@ -72,6 +73,44 @@ TEST(InProcessCommunicatorTest, AllGatherIsRankMajor) {
       for (int e = 0; e < size; ++e) EXPECT_EQ(got[r][s * size + e], s * 10.0f + e);
     }
   }
+}
+
+TEST(InProcessCommunicatorTest, Bf16SumsInFp32AndRoundsOnce) {
+  const int world = 3;
+  // 256 + 1 + 1 in bf16 steps would round the ones away one at a time (256 + 1 = 257 is not a
+  // bf16); summed in fp32 and rounded once it is 258, which is.
+  const std::vector<float> values = {256.0f, 1.0f, 1.0f};
+  std::vector<uint16_t> got(world);
+  RunRanks(world, [&](int r, Communicator& c) {
+    uint16_t data[2] = {FloatToBf16Bits(values[r]), FloatToBf16Bits(-0.5f * r)};
+    ASSERT_TRUE(c.AllReduceSum(data, 2, CommType::kBFloat16, nullptr).ok());
+    EXPECT_EQ(Bf16BitsToFloat(data[1]), -1.5f);
+    got[r] = data[0];
+  });
+  for (int r = 0; r < world; ++r) EXPECT_EQ(Bf16BitsToFloat(got[r]), 258.0f) << "rank " << r;
+}
+
+TEST(InProcessCommunicatorTest, Int32SumAndGather) {
+  const int world = 4;
+  std::vector<std::vector<int32_t>> gathered(world);
+  RunRanks(world, [&](int r, Communicator& c) {
+    int32_t sum[3] = {r, -r, 1 << 20};
+    ASSERT_TRUE(c.AllReduceSum(sum, 3, CommType::kInt32, nullptr).ok());
+    EXPECT_EQ(sum[0], 6);
+    EXPECT_EQ(sum[1], -6);
+    EXPECT_EQ(sum[2], 4 << 20);
+    const int32_t send[2] = {r, 100 + r};
+    gathered[r].assign(2 * world, -1);
+    ASSERT_TRUE(c.AllGather(send, gathered[r].data(), 2, CommType::kInt32, nullptr).ok());
+  });
+  for (int r = 0; r < world; ++r) {
+    for (int q = 0; q < world; ++q) {
+      EXPECT_EQ(gathered[r][2 * q], q);
+      EXPECT_EQ(gathered[r][2 * q + 1], 100 + q);
+    }
+  }
+  EXPECT_EQ(CommTypeBytes(CommType::kBFloat16), 2u);
+  EXPECT_EQ(CommTypeBytes(CommType::kInt32), 4u);
 }
 
 }  // namespace

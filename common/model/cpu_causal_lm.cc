@@ -2,10 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <condition_variable>
 #include <cstring>
-#include <mutex>
-#include <thread>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -19,6 +17,7 @@
 #include "common/model/tp_shard.h"
 #include "common/model/tree_attention.h"
 #include "common/tree/token_tree.h"
+#include "common/util/rank_threads.h"
 #include "common/util/status_macros.h"
 
 namespace treespec {
@@ -76,22 +75,11 @@ class CpuCausalLm final : public CausalLm {
         cache_(num_pages, options.kv_page_size),
         inv_freq_(RopeInverseFrequencies(config)) {}
 
-  ~CpuCausalLm() override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    start_cv_.notify_all();
-    for (std::thread& t : workers_) t.join();
-  }
-
   // Takes the ranks over and starts a worker thread for each rank but the first.
   void Start(std::vector<std::unique_ptr<Rank>> ranks) {
     ranks_ = std::move(ranks);
     for (auto& r : ranks_) pools_.push_back(r->kv.get());
-    for (int r = 1; r < static_cast<int>(ranks_.size()); ++r) {
-      workers_.emplace_back([this, r] { WorkerLoop(r); });
-    }
+    threads_ = std::make_unique<RankThreads>(static_cast<int>(ranks_.size()));
   }
 
   const ModelConfig& config() const override { return config_; }
@@ -112,8 +100,6 @@ class CpuCausalLm final : public CausalLm {
  private:
   void BuildPlan(absl::Span<const SeqTree> batch, BatchPlan& plan) const;
 
-  void RunRanks(const BatchPlan& plan);
-  void WorkerLoop(int rank);
 
   // The forward pass of one rank.
   void RankForward(Rank& r, const BatchPlan& b) const;
@@ -129,15 +115,7 @@ class CpuCausalLm final : public CausalLm {
   const std::vector<float> inv_freq_;  // [head_dim / 2]
   std::vector<std::unique_ptr<Rank>> ranks_;
   std::vector<KvPool*> pools_;  // [tp] every rank's pool, for CommitPath
-
-  // Hand-off to the worker threads: a new `generation_` means "run `job_`".
-  std::mutex mu_;
-  std::condition_variable start_cv_, done_cv_;
-  const BatchPlan* job_ = nullptr;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
-  std::vector<std::thread> workers_;
+  std::unique_ptr<RankThreads> threads_;  // one thread per rank
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -311,49 +289,8 @@ absl::StatusOr<std::vector<float>> CpuCausalLm::Forward(absl::Span<const SeqTree
   std::vector<float> logits(static_cast<size_t>(plan.num_rows) * config_.vocab_size);
   if (plan.num_rows == 0) return logits;
   plan.logits = logits.data();
-  RunRanks(plan);
+  threads_->Run([&](int rank) { RankForward(*ranks_[rank], plan); });
   return logits;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Rank threads.
-
-void CpuCausalLm::RunRanks(const BatchPlan& plan) {
-  const int tp = plan_.world_size();
-  if (tp > 1) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      job_ = &plan;
-      pending_ = tp - 1;
-      ++generation_;
-    }
-    start_cv_.notify_all();
-  }
-  RankForward(*ranks_[0], plan);
-  if (tp > 1) {
-    std::unique_lock<std::mutex> lock(mu_);
-    done_cv_.wait(lock, [&] { return pending_ == 0; });
-    job_ = nullptr;
-  }
-}
-
-void CpuCausalLm::WorkerLoop(int rank) {
-  uint64_t seen = 0;
-  for (;;) {
-    const BatchPlan* job;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      job = job_;
-    }
-    RankForward(*ranks_[rank], *job);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0) done_cv_.notify_one();
-    }
-  }
 }
 
 absl::Status ValidateConfig(const ModelConfig& c, const LmOptions& o) {

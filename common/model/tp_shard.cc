@@ -69,6 +69,30 @@ absl::Status ValidateWeightShapes(const ModelConfig& config, const ModelWeights&
   return status;
 }
 
+absl::StatusOr<TpSlice> TpSliceOf(const ModelConfig& config, const std::string& name,
+                                  const TpRankPlan& p) {
+  const int64_t d = config.head_dim;
+  auto ends = [&](const char* suffix) { return absl::EndsWith(name, suffix); };
+  using Axis = TpSlice::Axis;
+  if (ends("embed_tokens.weight") || ends("lm_head.weight")) {
+    return TpSlice{Axis::kRows, p.vocab_begin, p.vocab_end};
+  }
+  if (ends("q_proj.weight") || ends("q_proj.bias")) {
+    return TpSlice{Axis::kRows, p.q_head_begin * d, p.q_head_end * d};
+  }
+  if (ends("k_proj.weight") || ends("k_proj.bias") || ends("v_proj.weight") ||
+      ends("v_proj.bias")) {
+    return TpSlice{Axis::kRows, p.kv_head_begin * d, p.kv_head_end * d};
+  }
+  if (ends("o_proj.weight")) return TpSlice{Axis::kColumns, p.q_head_begin * d, p.q_head_end * d};
+  if (ends("gate_proj.weight") || ends("up_proj.weight")) {
+    return TpSlice{Axis::kRows, p.mlp_begin, p.mlp_end};
+  }
+  if (ends("down_proj.weight")) return TpSlice{Axis::kColumns, p.mlp_begin, p.mlp_end};
+  if (ends("layernorm.weight") || ends("norm.weight")) return TpSlice{};
+  return absl::InternalError(absl::StrCat("no tensor-parallel rule for ", name));
+}
+
 absl::StatusOr<ModelWeights> ShardWeights(const ModelConfig& config, const ModelWeights& full,
                                           const TpPlan& plan, int rank) {
   if (rank < 0 || rank >= plan.world_size()) {
@@ -77,7 +101,6 @@ absl::StatusOr<ModelWeights> ShardWeights(const ModelConfig& config, const Model
   }
   RETURN_IF_ERROR(ValidateWeightShapes(config, full));
   const TpRankPlan& p = plan.ranks[rank];
-  const int64_t d = config.head_dim;
   const std::vector<const Tensor*> source = TensorsInOrder(config, full);
 
   ModelWeights shard;
@@ -86,26 +109,21 @@ absl::StatusOr<ModelWeights> ShardWeights(const ModelConfig& config, const Model
   ForEachTensor(config, shard, [&](TensorSlot& slot) {
     const Tensor& t = *source[index++];
     if (!status.ok() || !slot.present) return;
-    const std::string& name = slot.hf_name;
-    auto ends = [&](const char* suffix) { return absl::EndsWith(name, suffix); };
-    if (ends("embed_tokens.weight") || ends("lm_head.weight")) {
-      *slot.tensor = CopyRows(t, p.vocab_begin, p.vocab_end);
-    } else if (ends("q_proj.weight") || ends("q_proj.bias")) {
-      *slot.tensor = CopyRows(t, p.q_head_begin * d, p.q_head_end * d);
-    } else if (ends("k_proj.weight") || ends("k_proj.bias") || ends("v_proj.weight") ||
-               ends("v_proj.bias")) {
-      *slot.tensor = CopyRows(t, p.kv_head_begin * d, p.kv_head_end * d);
-    } else if (ends("o_proj.weight")) {
-      *slot.tensor = CopyColumns(t, p.q_head_begin * d, p.q_head_end * d);
-    } else if (ends("gate_proj.weight") || ends("up_proj.weight")) {
-      *slot.tensor = CopyRows(t, p.mlp_begin, p.mlp_end);
-    } else if (ends("down_proj.weight")) {
-      *slot.tensor = CopyColumns(t, p.mlp_begin, p.mlp_end);
-    } else if (ends("layernorm.weight") || ends("norm.weight")) {
-      *slot.tensor = t.Clone();
-    } else {
-      status =
-          absl::InternalError(absl::StrCat("ShardWeights: no tensor-parallel rule for ", name));
+    const absl::StatusOr<TpSlice> slice = TpSliceOf(config, slot.hf_name, p);
+    if (!slice.ok()) {
+      status = slice.status();
+      return;
+    }
+    switch (slice->axis) {
+      case TpSlice::Axis::kRows:
+        *slot.tensor = CopyRows(t, slice->begin, slice->end);
+        break;
+      case TpSlice::Axis::kColumns:
+        *slot.tensor = CopyColumns(t, slice->begin, slice->end);
+        break;
+      case TpSlice::Axis::kAll:
+        *slot.tensor = t.Clone();
+        break;
     }
   });
   if (!status.ok()) return status;

@@ -9,12 +9,28 @@
 #ifndef TREESPEC_COMMON_MODEL_TP_SHARD_H_
 #define TREESPEC_COMMON_MODEL_TP_SHARD_H_
 
+#include <cstdint>
+#include <string>
+
 #include "absl/status/statusor.h"
 #include "common/model/config.h"
 #include "common/model/tp_plan.h"
 #include "common/model/weights.h"
 
 namespace treespec {
+
+// How a rank's part of one tensor is cut from the full [out, in] (or [n]) tensor.
+struct TpSlice {
+  enum class Axis { kAll, kRows, kColumns };
+  Axis axis = Axis::kAll;
+  int64_t begin = 0, end = 0;  // rows or columns [begin, end); unused for kAll
+};
+
+// The slicing rule above for the tensor named `hf_name` on the rank `rank`; the single rule
+// table the CPU shards here and the CUDA backend slices on the device with. INTERNAL for a
+// tensor without a rule.
+absl::StatusOr<TpSlice> TpSliceOf(const ModelConfig& config, const std::string& hf_name,
+                                  const TpRankPlan& rank);
 
 // Copies rank `rank`'s slices of `full` (shapes as ForEachTensor says for `config`). The
 // result has the layout of ModelWeights with the rank's sizes, e.g. wq [rank q heads *

@@ -1,0 +1,380 @@
+#include "common/cuda/model_shard.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/cuda/cuda_check.h"
+#include "common/cuda/embedding.h"
+#include "common/cuda/kv_commit.h"
+#include "common/cuda/kv_write.h"
+#include "common/cuda/rms_norm.h"
+#include "common/cuda/silu_mul.h"
+#include "common/cuda/tree_walk.h"
+#include "common/util/status_macros.h"
+
+namespace treespec::gpu {
+
+using bf16 = __nv_bfloat16;
+
+ModelShard::ModelShard(const ModelConfig& config, const TpPlan& plan, const ShardOptions& options,
+                       std::unique_ptr<Communicator> comm)
+    : config_(config),
+      plan_(plan),
+      rank_(plan.ranks[options.rank]),
+      options_(options),
+      comm_(std::move(comm)) {}
+
+const char* ShardOpName(ShardOp op) {
+  static const char* const kNames[] = {"start",    "embed",     "norm",      "qkv",
+                                       "kv_write", "attention", "o_proj",    "gate_up",
+                                       "silu_mul", "down",      "all_reduce", "head",
+                                       "choose",   "walk_commit"};
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(ShardOp::kCount));
+  return kNames[static_cast<int>(op)];
+}
+
+ModelShard::~ModelShard() {
+  cudaSetDevice(options_.device);
+  if (stream_ != nullptr) {
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+  if (staged_ != nullptr) cudaEventDestroy(staged_);
+  for (cudaEvent_t e : events_) cudaEventDestroy(e);
+}
+
+absl::Status ModelShard::SetOpTiming(bool on) {
+  constexpr size_t kEvents = 4096;  // marks between two TakeOpTimes; later ones are dropped
+  RETURN_IF_ERROR(Bind());
+  while (on && events_.size() < kEvents) {
+    cudaEvent_t e;
+    CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+    events_.push_back(e);
+  }
+  ops_.resize(events_.size());
+  timing_ = on;
+  marks_ = 0;
+  return absl::OkStatus();
+}
+
+void ModelShard::Mark(ShardOp op) {
+  if (!timing_ || marks_ >= events_.size()) return;
+  if (cudaEventRecord(events_[marks_], stream_) != cudaSuccess) return;
+  ops_[marks_++] = op;
+}
+
+absl::StatusOr<std::vector<double>> ModelShard::TakeOpTimes() {
+  std::vector<double> ms(static_cast<size_t>(ShardOp::kCount), 0.0);
+  RETURN_IF_ERROR(Bind());
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  for (size_t i = 1; i < marks_; ++i) {
+    if (ops_[i] == ShardOp::kStart) continue;  // the gap before a timed stretch
+    float t = 0;
+    CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&t, events_[i - 1], events_[i]));
+    ms[static_cast<size_t>(ops_[i])] += t;
+  }
+  marks_ = 0;
+  return ms;
+}
+
+absl::StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(const ModelConfig& config,
+                                                               const TpPlan& plan,
+                                                               const ShardOptions& options,
+                                                               const TensorSource& source,
+                                                               std::unique_ptr<Communicator> comm) {
+  if (options.rank < 0 || options.rank >= plan.world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("shard rank ", options.rank, " of ",
+                                                   plan.world_size()));
+  }
+  std::unique_ptr<ModelShard> shard(new ModelShard(config, plan, options, std::move(comm)));
+  RETURN_IF_ERROR(shard->Init(source));
+  return shard;
+}
+
+absl::Status ModelShard::Bind() const {
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  return absl::OkStatus();
+}
+
+absl::Status ModelShard::Init(const TensorSource& source) {
+  RETURN_IF_ERROR(Bind());
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&staged_, cudaEventDisableTiming));
+  const ModelConfig& c = config_;
+  const int hidden = c.hidden_size, d = c.head_dim;
+  const int hq = rank_.num_q_heads(), hkv = rank_.num_kv_heads(), f = rank_.mlp_width();
+  const int tp = plan_.world_size(), slice = plan_.max_vocab_slice();
+  auto make = [&](std::initializer_list<std::string> names) {
+    return MakeShard(source, c, rank_, names, stream_);
+  };
+
+  ASSIGN_OR_RETURN(embed_, make({"model.embed_tokens.weight"}));
+  ASSIGN_OR_RETURN(final_norm_, make({"model.norm.weight"}));
+  if (!c.tie_word_embeddings) {
+    ASSIGN_OR_RETURN(lm_head_, make({"lm_head.weight"}));
+  }
+  for (int i = 0; i < c.num_layers; ++i) {
+    const std::string p = absl::StrCat("model.layers.", i, ".");
+    Layer l;
+    ASSIGN_OR_RETURN(l.input_norm, make({p + "input_layernorm.weight"}));
+    ASSIGN_OR_RETURN(l.w_qkv, make({p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
+                                    p + "self_attn.v_proj.weight"}));
+    if (c.qkv_bias) {
+      ASSIGN_OR_RETURN(l.b_qkv, make({p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias",
+                                      p + "self_attn.v_proj.bias"}));
+    }
+    if (c.qk_norm) {
+      ASSIGN_OR_RETURN(l.q_norm, make({p + "self_attn.q_norm.weight"}));
+      ASSIGN_OR_RETURN(l.k_norm, make({p + "self_attn.k_norm.weight"}));
+    }
+    ASSIGN_OR_RETURN(l.wo, make({p + "self_attn.o_proj.weight"}));
+    ASSIGN_OR_RETURN(l.post_norm, make({p + "post_attention_layernorm.weight"}));
+    ASSIGN_OR_RETURN(l.w_gate_up, make({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}));
+    ASSIGN_OR_RETURN(l.w_down, make({p + "mlp.down_proj.weight"}));
+    layers_.push_back(std::move(l));
+  }
+  const std::vector<float> inv_freq = RopeInverseFrequencies(c);
+  ASSIGN_OR_RETURN(inv_freq_, DeviceBuffer<float>::Create(inv_freq.size()));
+  RETURN_IF_ERROR(inv_freq_.CopyFromHost(inv_freq));
+
+  ASSIGN_OR_RETURN(kv_, DeviceKvPool::Create(c.num_layers, options_.num_pages, options_.page_size,
+                                             hkv, d));
+  ASSIGN_OR_RETURN(gemm_, GemmRunner::Create(kDefaultGemmWorkspaceBytes));
+
+  const int rows = options_.max_rows;
+  TreeAttentionOptions attn;
+  attn.heads = {hq, hkv, plan_.group_size,
+                rank_.q_head_begin - rank_.kv_head_begin * plan_.group_size};
+  attn.head_dim = d;
+  attn.page_size = options_.page_size;
+  attn.pool_pages = options_.num_pages;
+  attn.scale = 1.0f / std::sqrt(static_cast<float>(d));
+  attn.limits.max_seqs = rows;
+  attn.limits.max_pages = options_.num_pages;
+  // Masks of trees (chains need none) of up to a few thousand nodes.
+  attn.limits.max_mask_words = std::max(1 << 16, 2 * rows * ((rows + 63) / 64));
+  attn.limits.max_items = rows * hkv + 4096;
+  attn.limits.max_partials = 4096;
+  ASSIGN_OR_RETURN(attention_, TreeAttention::Create(attn));
+
+  const size_t r = static_cast<size_t>(rows);
+  ASSIGN_OR_RETURN(x_, DeviceBuffer<bf16>::Create(r * hidden));
+  ASSIGN_OR_RETURN(h_, DeviceBuffer<bf16>::Create(r * hidden));
+  ASSIGN_OR_RETURN(out_, DeviceBuffer<bf16>::Create(r * hidden));
+  ASSIGN_OR_RETURN(qkv_, DeviceBuffer<bf16>::Create(r * (hq + 2 * hkv) * d));
+  ASSIGN_OR_RETURN(q_, DeviceBuffer<bf16>::Create(r * hq * d));
+  ASSIGN_OR_RETURN(attn_, DeviceBuffer<bf16>::Create(r * hq * d));
+  ASSIGN_OR_RETURN(gate_up_, DeviceBuffer<bf16>::Create(r * 2 * f));
+  ASSIGN_OR_RETURN(act_, DeviceBuffer<bf16>::Create(r * f));
+  ASSIGN_OR_RETURN(logits_, DeviceBuffer<float>::Create(r * slice));
+  if (tp > 1) {
+    ASSIGN_OR_RETURN(gathered_, DeviceBuffer<float>::Create(r * slice * tp));
+    ASSIGN_OR_RETURN(full_, DeviceBuffer<float>::Create(r * c.vocab_size));
+    ASSIGN_OR_RETURN(part_max_, DeviceBuffer<float>::Create(r));
+    ASSIGN_OR_RETURN(all_max_, DeviceBuffer<float>::Create(r * tp));
+    ASSIGN_OR_RETURN(part_idx_, DeviceBuffer<int32_t>::Create(r));
+    ASSIGN_OR_RETURN(all_idx_, DeviceBuffer<int32_t>::Create(r * tp));
+  }
+  ASSIGN_OR_RETURN(rows_meta_, DeviceBuffer<int32_t>::Create(3 * r));
+  // CommitPath: [committed, path_len, path (max 1024), page offsets (2), pages].
+  ASSIGN_OR_RETURN(commit_meta_, DeviceBuffer<int32_t>::Create(4 + 1024 + options_.num_pages));
+  ASSIGN_OR_RETURN(step_in_, DeviceBuffer<unsigned char>::Create(options_.step_bytes));
+  ASSIGN_OR_RETURN(choice_, DeviceBuffer<int32_t>::Create(options_.step_rows));
+  ASSIGN_OR_RETURN(step_out_, DeviceBuffer<int32_t>::Create(options_.step_out_ints));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
+absl::Status ModelShard::WaitStaged() const {
+  CUDA_RETURN_IF_ERROR(cudaEventSynchronize(staged_));
+  return absl::OkStatus();
+}
+
+absl::Status ModelShard::AllReduce(bf16* data, size_t count) {
+  if (plan_.world_size() == 1) return absl::OkStatus();
+  RETURN_IF_ERROR(comm_->AllReduceSum(data, count, CommType::kBFloat16, stream_));
+  Mark(ShardOp::kAllReduce);
+  return absl::OkStatus();
+}
+
+absl::Status ModelShard::Forward(const int32_t* meta, int rows,
+                                 absl::Span<const AttnSeqDesc> descs) {
+  if (rows < 1 || rows > options_.max_rows) {
+    return absl::InternalError(absl::StrCat("shard forward of ", rows, " rows"));
+  }
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rows_meta_.data(), meta, 3 * rows * sizeof(int32_t),
+                                       cudaMemcpyHostToDevice, stream_));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(staged_, stream_));
+  RETURN_IF_ERROR(attention_->Prepare(descs, stream_));
+  return Layers(rows);
+}
+
+// The forward pass of `rows` rows whose metadata is in rows_meta_ and attention_.
+absl::Status ModelShard::Layers(int rows) {
+  const ModelConfig& c = config_;
+  const int hidden = c.hidden_size, d = c.head_dim;
+  const int hq = rank_.num_q_heads(), hkv = rank_.num_kv_heads(), f = rank_.mlp_width();
+  const float eps = c.rms_norm_eps;
+  const size_t hidden_elems = static_cast<size_t>(rows) * hidden;
+  const int32_t* tokens = rows_meta_.data();
+  const int32_t* positions = tokens + rows;
+  const int32_t* slots = tokens + 2 * rows;
+  auto gemm = [&](const bf16* x, const DeviceBuffer<bf16>& w, const DeviceBuffer<bf16>* bias, int n,
+                  int k, bf16* y) -> absl::Status {
+    if (k == 0) {  // a rank without MLP columns contributes zeros to the all-reduce
+      CUDA_RETURN_IF_ERROR(
+          cudaMemsetAsync(y, 0, static_cast<size_t>(rows) * n * sizeof(bf16), stream_));
+      return absl::OkStatus();
+    }
+    if (n == 0) return absl::OkStatus();
+    GemmArgs a;
+    a.m = rows;
+    a.n = n;
+    a.k = k;
+    a.x = x;
+    a.w = w.data();
+    a.bias = bias != nullptr && bias->size() > 0 ? bias->data() : nullptr;
+    a.y_bf16 = y;
+    return gemm_->Run(a, stream_);
+  };
+
+  Mark(ShardOp::kStart);
+  CUDA_RETURN_IF_ERROR(LaunchEmbedding(embed_.data(), rank_.vocab_begin, rank_.vocab_size(), hidden,
+                                       tokens, rows, x_.data(), stream_));
+  Mark(ShardOp::kEmbed);
+  RETURN_IF_ERROR(AllReduce(x_.data(), hidden_elems));
+  for (int l = 0; l < c.num_layers; ++l) {
+    Layer& w = layers_[l];
+    const KvLayerView kv = kv_.Layer(l);
+    // x += out (the previous layer's MLP); h = norm(x)
+    CUDA_RETURN_IF_ERROR(LaunchRmsNorm(x_.data(), l == 0 ? nullptr : out_.data(),
+                                       w.input_norm.data(), rows, hidden, eps, h_.data(), stream_));
+    Mark(ShardOp::kNorm);
+    RETURN_IF_ERROR(gemm(h_.data(), w.w_qkv, &w.b_qkv, (hq + 2 * hkv) * d, hidden, qkv_.data()));
+    Mark(ShardOp::kQkv);
+    CUDA_RETURN_IF_ERROR(LaunchKvWrite(
+        qkv_.data(), rows, hq, hkv, d, positions, slots, inv_freq_.data(),
+        c.rope_scaling.attention_factor, w.q_norm.size() > 0 ? w.q_norm.data() : nullptr,
+        w.k_norm.size() > 0 ? w.k_norm.data() : nullptr, eps, q_.data(), kv, stream_));
+    Mark(ShardOp::kKvWrite);
+    CUDA_RETURN_IF_ERROR(attention_->Run(kv, q_.data(), attn_.data(), stream_));
+    Mark(ShardOp::kAttention);
+    RETURN_IF_ERROR(gemm(attn_.data(), w.wo, nullptr, hidden, hq * d, out_.data()));
+    Mark(ShardOp::kOProj);
+    RETURN_IF_ERROR(AllReduce(out_.data(), hidden_elems));
+    CUDA_RETURN_IF_ERROR(LaunchRmsNorm(x_.data(), out_.data(), w.post_norm.data(), rows, hidden,
+                                       eps, h_.data(), stream_));
+    Mark(ShardOp::kNorm);
+    if (f > 0) {
+      RETURN_IF_ERROR(gemm(h_.data(), w.w_gate_up, nullptr, 2 * f, hidden, gate_up_.data()));
+      Mark(ShardOp::kGateUp);
+      CUDA_RETURN_IF_ERROR(LaunchSiluMul(gate_up_.data(), gate_up_.data() + f, 2 * f, rows, f,
+                                         act_.data(), stream_));
+      Mark(ShardOp::kSiluMul);
+    }
+    RETURN_IF_ERROR(gemm(act_.data(), w.w_down, nullptr, hidden, f, out_.data()));
+    Mark(ShardOp::kDown);
+    RETURN_IF_ERROR(AllReduce(out_.data(), hidden_elems));
+  }
+  CUDA_RETURN_IF_ERROR(LaunchRmsNorm(x_.data(), out_.data(), final_norm_.data(), rows, hidden, eps,
+                                     h_.data(), stream_));
+  Mark(ShardOp::kNorm);
+  GemmArgs head;
+  head.m = rows;
+  head.n = rank_.vocab_size();
+  head.k = hidden;
+  head.x = h_.data();
+  head.w = c.tie_word_embeddings ? embed_.data() : lm_head_.data();
+  head.y_f32 = logits_.data();
+  RETURN_IF_ERROR(gemm_->Run(head, stream_));
+  Mark(ShardOp::kHead);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const float*> ModelShard::FullLogits(int rows) {
+  const int tp = plan_.world_size();
+  if (tp == 1) return logits_.data();
+  const size_t slice = plan_.max_vocab_slice();
+  RETURN_IF_ERROR(comm_->AllGather(logits_.data(), gathered_.data(), rows * slice,
+                                   CommType::kFloat32, stream_));
+  const size_t vocab = config_.vocab_size;
+  for (int q = 0; q < tp; ++q) {
+    const TpRankPlan& p = plan_.ranks[q];
+    CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
+        full_.data() + p.vocab_begin, vocab * sizeof(float), gathered_.data() + q * rows * slice,
+        p.vocab_size() * sizeof(float), p.vocab_size() * sizeof(float), rows,
+        cudaMemcpyDeviceToDevice, stream_));
+  }
+  return static_cast<const float*>(full_.data());
+}
+
+absl::Status ModelShard::Choose(int row0, int rows, const StepLayout& layout, bool all_greedy) {
+  const int tp = plan_.world_size();
+  int32_t* choice = choice_.data() + row0;
+  if (tp > 1 && all_greedy) {
+    CUDA_RETURN_IF_ERROR(LaunchArgmaxPartial(logits_.data(), rows, rank_.vocab_size(),
+                                             rank_.vocab_begin, part_max_.data(), part_idx_.data(),
+                                             stream_));
+    RETURN_IF_ERROR(comm_->AllGather(part_max_.data(), all_max_.data(), rows, CommType::kFloat32,
+                                     stream_));
+    RETURN_IF_ERROR(comm_->AllGather(part_idx_.data(), all_idx_.data(), rows, CommType::kInt32,
+                                     stream_));
+    CUDA_RETURN_IF_ERROR(
+        LaunchArgmaxCombine(all_max_.data(), all_idx_.data(), tp, rows, choice, stream_));
+    Mark(ShardOp::kChoose);
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(const float* logits, FullLogits(rows));
+  const auto* params = reinterpret_cast<const RowSampling*>(step_in_.data() + layout.params);
+  CUDA_RETURN_IF_ERROR(
+      LaunchChooseToken(logits, rows, config_.vocab_size, params + row0, choice, stream_));
+  Mark(ShardOp::kChoose);
+  return absl::OkStatus();
+}
+
+absl::Status ModelShard::UploadStep(const void* host, size_t bytes) {
+  if (bytes > step_in_.size()) {
+    return absl::InternalError(absl::StrCat("step inputs of ", bytes, " bytes"));
+  }
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(step_in_.data(), host, bytes, cudaMemcpyHostToDevice, stream_));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(staged_, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status ModelShard::WalkAndCommit(const StepLayout& layout, int num_trees, int max_path) {
+  if (num_trees == 0) return absl::OkStatus();
+  const unsigned char* in = step_in_.data();
+  auto ints = [&](size_t at) { return reinterpret_cast<const int32_t*>(in + at); };
+  int32_t* path = step_out_.data();
+  int32_t* path_len = path + static_cast<size_t>(num_trees) * max_path;
+  int32_t* emitted = path_len + num_trees;
+  CUDA_RETURN_IF_ERROR(LaunchTreeWalk(ints(layout.node_offsets), ints(layout.tokens),
+                                      ints(layout.parents), choice_.data(), num_trees, max_path,
+                                      path, path_len, emitted, stream_));
+  const KvLayerView layer0 = kv_.Layer(0);
+  const int64_t stride = config_.num_layers > 1 ? kv_.Layer(1).k - layer0.k : 0;
+  DevicePageTables tables{ints(layout.page_table), ints(layout.page_offsets)};
+  CUDA_RETURN_IF_ERROR(LaunchKvCommit(layer0, config_.num_layers, stride, ints(layout.committed),
+                                      path, max_path, path_len, num_trees, tables, stream_));
+  Mark(ShardOp::kWalkCommit);
+  return absl::OkStatus();
+}
+
+absl::Status ModelShard::CommitPath(const int32_t* meta, int n, int np) {
+  int32_t* dev = commit_meta_.data();
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(dev, meta, (4 + n + np) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(staged_, stream_));
+  DevicePageTables tables{dev + 4 + n, dev + 2 + n};
+  const KvLayerView layer0 = kv_.Layer(0);
+  const int64_t stride = config_.num_layers > 1 ? kv_.Layer(1).k - layer0.k : 0;
+  CUDA_RETURN_IF_ERROR(LaunchKvCommit(layer0, config_.num_layers, stride, dev, dev + 2, n, dev + 1,
+                                      1, tables, stream_));
+  return absl::OkStatus();
+}
+
+}  // namespace treespec::gpu

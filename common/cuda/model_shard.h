@@ -1,0 +1,189 @@
+// One GPU's share of the CUDA model (DESIGN §5–6): its tensor-parallel slice of the weights
+// (Megatron layout, tp_plan.h), its KV heads of every layer, activation buffers for max_rows
+// rows, its stream and its NCCL communicator. CudaCausalLm (cuda_causal_lm.h) owns one per rank
+// and drives each from that rank's thread; everything here is enqueued on the shard's stream.
+//
+// The forward of a chunk of rows, per layer (tp = 1 has no all-reduce):
+//   x  += out; h = RMSNorm(x)                     LaunchRmsNorm (residual fused)
+//   qkv = h · [Wq; Wk; Wv]ᵀ (+ bias)              this rank's heads, one GEMM
+//   q, K/V cache = RoPE(qkv)                      LaunchKvWrite
+//   a   = tree attention(q)                       TreeAttention (rank's heads)
+//   out = all-reduce(a · Woᵀ); x += out; h = RMSNorm(x)          (row-parallel o_proj)
+//   out = all-reduce((SiLU(h · Wgateᵀ) * (h · Wupᵀ)) · Wdownᵀ)   (rank's MLP columns)
+// with a vocab-parallel embedding (zero rows outside the slice, then an all-reduce) and a
+// vocab-parallel LM head: logits [rows, vocab slice] in fp32.
+#ifndef TREESPEC_COMMON_CUDA_MODEL_SHARD_H_
+#define TREESPEC_COMMON_CUDA_MODEL_SHARD_H_
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/cuda/choose_token.h"
+#include "common/cuda/device_buffer.h"
+#include "common/cuda/gemm.h"
+#include "common/cuda/paged_kv.h"
+#include "common/cuda/tree_attention.h"
+#include "common/cuda/weight_source.h"
+#include "common/model/communicator.h"
+#include "common/model/config.h"
+#include "common/model/tp_plan.h"
+
+namespace treespec::gpu {
+
+// The ops of a forward and a verify step, for per-op timing (where the time goes).
+enum class ShardOp {
+  kStart,  // not an op: the mark that begins a timed stretch
+  kEmbed,
+  kNorm,        // residual add + RMSNorm
+  kQkv,         // the QKV GEMM
+  kKvWrite,     // RoPE (+ q/k norm) and the paged K/V write
+  kAttention,   // tree attention
+  kOProj,       // the o_proj GEMM
+  kGateUp,      // the gate/up GEMM
+  kSiluMul,
+  kDown,        // the down_proj GEMM
+  kAllReduce,   // tp > 1
+  kHead,        // the LM head GEMM
+  kChoose,      // token choice (with the logits exchange under tp > 1)
+  kWalkCommit,  // accept walk and KV commit
+  kCount
+};
+const char* ShardOpName(ShardOp op);
+
+struct ShardOptions {
+  int device = 0;
+  int rank = 0;
+  int num_pages = 0;      // KV pool pages (the page table is the model's, shared by all ranks)
+  int page_size = 16;
+  int max_rows = 2048;    // rows per forward chunk
+  size_t step_bytes = 0;  // verify-step input buffer (StepInputs)
+  int step_rows = 0;      // rows of one verify step (choices)
+  size_t step_out_ints = 0;
+};
+
+// Where the verify step's inputs lie in step_in() (byte offsets, set by the model).
+struct StepLayout {
+  size_t params = 0;        // [rows] RowSampling
+  size_t tokens = 0;        // [tree rows] drafted tokens, trees packed
+  size_t parents = 0;       // [tree rows] parents
+  size_t node_offsets = 0;  // [trees + 1]
+  size_t committed = 0;     // [trees] committed lengths
+  size_t page_offsets = 0;  // [trees + 1]
+  size_t page_table = 0;    // page ids
+};
+
+class ModelShard {
+ public:
+  // Makes the rank's weights from `source` and allocates everything on options.device.
+  static absl::StatusOr<std::unique_ptr<ModelShard>> Create(const ModelConfig& config,
+                                                            const TpPlan& plan,
+                                                            const ShardOptions& options,
+                                                            const TensorSource& source,
+                                                            std::unique_ptr<Communicator> comm);
+  ~ModelShard();
+  ModelShard(const ModelShard&) = delete;
+  ModelShard& operator=(const ModelShard&) = delete;
+
+  int device() const { return options_.device; }
+  cudaStream_t stream() const { return stream_; }
+  int tensor_parallel() const { return plan_.world_size(); }
+
+  // Makes this shard's device current on the calling thread.
+  absl::Status Bind() const;
+  // The forward of `rows` rows: `meta` = tokens, positions, KV slots ([3, rows] int32, pinned
+  // host memory, read by a copy on the stream until WaitStaged returns) and the attention
+  // batch `descs`. Leaves the rank's logits slice [rows, vocab slice] on the device.
+  absl::Status Forward(const int32_t* meta, int rows, absl::Span<const AttnSeqDesc> descs);
+  // Returns when the last copy out of pinned host memory (Forward, UploadStep, Commit) is done.
+  absl::Status WaitStaged() const;
+
+  // Full logits [rows, vocab] of the last Forward (tp > 1: all-gathered to every rank).
+  absl::StatusOr<const float*> FullLogits(int rows);
+  // choice()[row0 + r] for rows r of the last Forward, under the RowSampling of row row0 + r
+  // in step_in() (UploadStep before the first chunk). When
+  // every row is greedy and tp > 1 only (max, id) pairs are exchanged. Every rank computes the
+  // same choices, so every rank can walk and commit its own KV heads.
+  absl::Status Choose(int row0, int rows, const StepLayout& layout, bool all_greedy);
+
+  // Copies `bytes` of pinned host memory into step_in().
+  absl::Status UploadStep(const void* host, size_t bytes);
+  // The accept walk over the packed trees and the KV commit of the accepted paths (all layers,
+  // this rank's heads); outputs [path (trees * max_path), path_len (trees), emitted (trees *
+  // max_path)] in step_out().
+  absl::Status WalkAndCommit(const StepLayout& layout, int num_trees, int max_path);
+  const int32_t* step_out() const { return step_out_.data(); }
+  const int32_t* choice() const { return choice_.data(); }
+  // Per-op timing: when on, every op is followed by an event on the stream (a little slower),
+  // and TakeOpTimes returns the GPU ms spent per op (indexed by ShardOp) since the last call.
+  absl::Status SetOpTiming(bool on);
+  absl::StatusOr<std::vector<double>> TakeOpTimes();
+
+  // Moves the KV of `path` (host commit): meta = [committed_len, path_len, path..., 0, np,
+  // pages...] in pinned host memory.
+  absl::Status CommitPath(const int32_t* meta, int path_len, int num_pages);
+
+ private:
+  ModelShard(const ModelConfig& config, const TpPlan& plan, const ShardOptions& options,
+             std::unique_ptr<Communicator> comm);
+  absl::Status Init(const TensorSource& source);
+  absl::Status Layers(int rows);
+  absl::Status AllReduce(__nv_bfloat16* data, size_t count);
+  // Records the end of `op` (op timing on).
+  void Mark(ShardOp op);
+
+  struct Layer {
+    DeviceBuffer<__nv_bfloat16> input_norm;  // [hidden]
+    DeviceBuffer<__nv_bfloat16> w_qkv;       // [(q + 2 kv heads of the rank) * head_dim, hidden]
+    DeviceBuffer<__nv_bfloat16> b_qkv;       // same rows, or empty
+    DeviceBuffer<__nv_bfloat16> q_norm;      // [head_dim] or empty
+    DeviceBuffer<__nv_bfloat16> k_norm;      // [head_dim] or empty
+    DeviceBuffer<__nv_bfloat16> wo;          // [hidden, rank q heads * head_dim]
+    DeviceBuffer<__nv_bfloat16> post_norm;   // [hidden]
+    DeviceBuffer<__nv_bfloat16> w_gate_up;   // [2 * rank MLP width, hidden]: gate rows, up rows
+    DeviceBuffer<__nv_bfloat16> w_down;      // [hidden, rank MLP width]
+  };
+
+  const ModelConfig config_;
+  const TpPlan plan_;
+  const TpRankPlan rank_;
+  const ShardOptions options_;
+  std::unique_ptr<Communicator> comm_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t staged_ = nullptr;  // the last copy out of pinned host memory is done
+
+  DeviceBuffer<__nv_bfloat16> embed_, final_norm_, lm_head_;  // lm_head_ empty when tied
+  std::vector<Layer> layers_;
+  DeviceBuffer<float> inv_freq_;
+  DeviceKvPool kv_;
+  std::unique_ptr<GemmRunner> gemm_;
+  std::unique_ptr<TreeAttention> attention_;
+
+  // Activations for max_rows rows.
+  DeviceBuffer<__nv_bfloat16> x_, h_, out_, qkv_, q_, attn_, gate_up_, act_;
+  DeviceBuffer<float> logits_;    // [max_rows, max vocab slice] (rows of the rank's slice)
+  DeviceBuffer<float> gathered_;  // tp > 1: [tp, max_rows, max vocab slice]
+  DeviceBuffer<float> full_;      // tp > 1: [max_rows, vocab]
+  DeviceBuffer<float> part_max_, all_max_;      // tp > 1 greedy: [max_rows], [tp, max_rows]
+  DeviceBuffer<int32_t> part_idx_, all_idx_;    // the ids of those maxima
+  DeviceBuffer<int32_t> rows_meta_;             // [3, max_rows]
+  DeviceBuffer<int32_t> commit_meta_;           // CommitPath's meta
+  DeviceBuffer<unsigned char> step_in_;         // verify-step inputs (StepLayout)
+  DeviceBuffer<int32_t> choice_;                // [step_rows]
+  DeviceBuffer<int32_t> step_out_;              // walk outputs
+
+  // Op timing: events_[i] ends ops_[i] (timing_ on).
+  bool timing_ = false;
+  std::vector<cudaEvent_t> events_;
+  std::vector<ShardOp> ops_;
+  size_t marks_ = 0;
+};
+
+}  // namespace treespec::gpu
+
+#endif  // TREESPEC_COMMON_CUDA_MODEL_SHARD_H_

@@ -1,0 +1,136 @@
+#include "common/cuda/weight_source.h"
+
+#include <cmath>
+#include <memory>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/cuda/cuda_check.h"
+#include "common/cuda/random_fill.h"
+#include "common/model/dtype.h"
+#include "common/model/tp_shard.h"
+#include "common/util/status_macros.h"
+
+namespace treespec::gpu {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+int64_t Numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// Full shapes of the tensors `config` uses, by Hugging Face name.
+std::shared_ptr<absl::flat_hash_map<std::string, std::vector<int64_t>>> Shapes(
+    const ModelConfig& config) {
+  auto shapes = std::make_shared<absl::flat_hash_map<std::string, std::vector<int64_t>>>();
+  ModelWeights empty;
+  ForEachTensor(config, empty, [&](TensorSlot& slot) {
+    if (slot.present) (*shapes)[slot.hf_name] = slot.shape;
+  });
+  return shapes;
+}
+
+}  // namespace
+
+TensorSource HostTensors(const ModelConfig& config, const ModelWeights& weights) {
+  auto by_name = std::make_shared<absl::flat_hash_map<std::string, const Tensor*>>();
+  // ForEachTensor only reads here; it takes a mutable reference for the loader's sake.
+  ForEachTensor(config, const_cast<ModelWeights&>(weights), [&](TensorSlot& slot) {
+    if (slot.present) (*by_name)[slot.hf_name] = slot.tensor;
+  });
+  return [by_name](const std::string& name) -> absl::StatusOr<DeviceTensor> {
+    const auto it = by_name->find(name);
+    if (it == by_name->end()) return absl::InvalidArgumentError(absl::StrCat("no tensor ", name));
+    const Tensor& t = *it->second;
+    std::vector<uint16_t> host(t.numel());
+    for (int64_t i = 0; i < t.numel(); ++i) host[i] = FloatToBf16Bits(t.data()[i]);
+    DeviceTensor out;
+    out.shape = t.shape();
+    ASSIGN_OR_RETURN(out.data, DeviceBuffer<bf16>::Create(host.size()));
+    RETURN_IF_ERROR(out.data.CopyFromHost(
+        absl::MakeConstSpan(reinterpret_cast<const bf16*>(host.data()), host.size())));
+    return out;
+  };
+}
+
+TensorSource RandomTensors(const ModelConfig& config, uint64_t seed, cudaStream_t stream) {
+  auto shapes = Shapes(config);
+  const float hidden = static_cast<float>(config.hidden_size);
+  return [shapes, seed, stream, hidden](const std::string& name) -> absl::StatusOr<DeviceTensor> {
+    const auto it = shapes->find(name);
+    if (it == shapes->end()) return absl::InvalidArgumentError(absl::StrCat("no tensor ", name));
+    DeviceTensor out;
+    out.shape = it->second;
+    const int64_t n = Numel(out.shape);
+    ASSIGN_OR_RETURN(out.data, DeviceBuffer<bf16>::Create(n));
+    float center = 0.0f, sigma;
+    if (absl::EndsWith(name, "norm.weight")) {
+      center = 1.0f;
+      sigma = 0.2f;
+    } else if (absl::EndsWith(name, ".bias")) {
+      sigma = 0.3f;
+    } else if (absl::StrContains(name, "embed_tokens") || absl::StrContains(name, "lm_head")) {
+      sigma = 3.0f / std::sqrt(hidden);
+    } else {
+      sigma = 1.0f / std::sqrt(static_cast<float>(out.shape[1]));
+    }
+    CUDA_RETURN_IF_ERROR(LaunchFillUniformBf16(out.data.data(), n,
+                                               seed ^ std::hash<std::string>{}(name), center,
+                                               std::sqrt(3.0f) * sigma, stream));
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    return out;
+  };
+}
+
+absl::StatusOr<DeviceBuffer<bf16>> MakeShard(const TensorSource& source, const ModelConfig& config,
+                                             const TpRankPlan& plan,
+                                             std::initializer_list<std::string> names,
+                                             cudaStream_t stream) {
+  std::vector<DeviceTensor> full;
+  std::vector<TpSlice> slices;
+  int64_t total = 0;
+  for (const std::string& name : names) {
+    ASSIGN_OR_RETURN(DeviceTensor t, source(name));
+    ASSIGN_OR_RETURN(TpSlice s, TpSliceOf(config, name, plan));
+    const int64_t rows = t.shape[0], cols = t.shape.size() == 2 ? t.shape[1] : 1;
+    if (s.axis == TpSlice::Axis::kAll) s = {TpSlice::Axis::kRows, 0, rows};
+    const int64_t limit = s.axis == TpSlice::Axis::kRows ? rows : cols;
+    if (s.begin < 0 || s.end < s.begin || s.end > limit) {
+      return absl::InternalError(absl::StrCat("slice [", s.begin, ", ", s.end, ") of ", name,
+                                              " outside its ", limit));
+    }
+    total += (s.end - s.begin) * (s.axis == TpSlice::Axis::kRows ? cols : rows);
+    full.push_back(std::move(t));
+    slices.push_back(s);
+  }
+  ASSIGN_OR_RETURN(DeviceBuffer<bf16> out, DeviceBuffer<bf16>::Create(total));
+  int64_t at = 0;
+  for (size_t i = 0; i < full.size(); ++i) {
+    const DeviceTensor& t = full[i];
+    const TpSlice& s = slices[i];
+    const int64_t rows = t.shape[0], cols = t.shape.size() == 2 ? t.shape[1] : 1;
+    const int64_t width = s.end - s.begin;
+    if (width == 0) continue;
+    if (s.axis == TpSlice::Axis::kRows) {
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.data() + at, t.data.data() + s.begin * cols,
+                                           width * cols * sizeof(bf16), cudaMemcpyDeviceToDevice,
+                                           stream));
+      at += width * cols;
+    } else {  // columns [begin, end) of every row
+      CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(out.data() + at, width * sizeof(bf16),
+                                             t.data.data() + s.begin, cols * sizeof(bf16),
+                                             width * sizeof(bf16), rows, cudaMemcpyDeviceToDevice,
+                                             stream));
+      at += width * rows;
+    }
+  }
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));  // before `full` is freed
+  return out;
+}
+
+}  // namespace treespec::gpu
