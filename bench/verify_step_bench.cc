@@ -4,7 +4,8 @@
 // (DESIGN §7).
 //
 //   treespec-verify-step-bench [--contexts=1024,8192,32768] [--nodes=1,16,64] [--reps=20]
-//                              [--layers=32] [--tp=1,2] [--json=out.json]
+//                              [--layers=32] [--tp=1,2] [--peer_all_reduce] [--breakdown]
+//                              [--json=out.json]
 //
 // Per context: one sequence is prefilled with random tokens (a real prefill through the same
 // model); then per tree size, each repetition verifies a random tree of that many nodes (node 0
@@ -50,6 +51,8 @@ ABSL_FLAG(int, layers, 32, "decoder layers (32 for Llama-3-8B; fewer for a quick
 ABSL_FLAG(int, reps, 20, "timed steps per point");
 ABSL_FLAG(std::vector<std::string>, tp, std::vector<std::string>({"1"}),
           "tensor-parallel rank counts to run, each on GPUs 0..tp-1");
+ABSL_FLAG(bool, peer_all_reduce, true,
+          "tp > 1: fused peer-access all-reduce + norm where the GPUs allow it (else NCCL)");
 ABSL_FLAG(bool, breakdown, false,
           "also time every op of rank 0 (events after each op; separate steps, not the timed "
           "ones) and print GPU us per step by op");
@@ -195,7 +198,10 @@ absl::Status Main() {
     lm.kv_pages = (config.max_position_embeddings + 15) / 16 + 8;
     lm.tensor_parallel = tp;
     const auto load_start = std::chrono::steady_clock::now();
-    ASSIGN_OR_RETURN(std::unique_ptr<CausalLm> model, CreateRandomCudaCausalLm(config, 1, lm));
+    CudaLmOptions cuda;
+    cuda.peer_all_reduce = absl::GetFlag(FLAGS_peer_all_reduce);
+    ASSIGN_OR_RETURN(std::unique_ptr<CausalLm> model,
+                     CreateRandomCudaCausalLm(config, 1, lm, cuda));
     std::printf(
         "%s: copy %.3g B/s, bf16 GEMM %.3g FLOP/s; Llama-3-8B shape, %d layers, %.2fB "
         "params, tp %d on %s (made on the GPUs in %.1f s)\n",
@@ -217,7 +223,9 @@ absl::Status Main() {
                 "gpu_us", "floor_us", "ratio", "host%", "vs_tp1");
     RETURN_IF_ERROR(RunPoints(*model, config, ceilings, tp, contexts, nodes, tp1_wall, results));
   }
-  WriteBenchJson(absl::GetFlag(FLAGS_json), ceilings, results, {{"layers", config.num_layers}});
+  WriteBenchJson(absl::GetFlag(FLAGS_json), ceilings, results,
+                 {{"layers", config.num_layers},
+                  {"peer_all_reduce", absl::GetFlag(FLAGS_peer_all_reduce)}});
   return absl::OkStatus();
 }
 

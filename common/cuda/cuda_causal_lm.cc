@@ -17,6 +17,7 @@
 #include "common/cuda/cuda_check.h"
 #include "common/cuda/model_shard.h"
 #include "common/cuda/nccl_communicator.h"
+#include "common/cuda/peer_all_reduce.h"
 #include "common/cuda/weight_source.h"
 #include "common/model/forward_batch.h"
 #include "common/model/kv_cache.h"
@@ -117,6 +118,7 @@ class CudaCausalLm final : public CausalLm {
   const std::vector<int> devices_;  // [tp] CUDA ordinal of each rank
   int max_rows_ = 0;
   PagedKvCache cache_;  // the page table, shared by every rank's KV pool
+  std::unique_ptr<PeerReduceGroup> peer_;  // tp > 1 with peer access (outlives the shards)
   std::vector<std::unique_ptr<ModelShard>> shards_;
   std::unique_ptr<RankThreads> threads_;
 
@@ -136,6 +138,10 @@ absl::Status CudaCausalLm::Init(const CudaLmOptions& cuda,
   std::vector<std::unique_ptr<Communicator>> comms(tp);
   if (tp > 1) {
     ASSIGN_OR_RETURN(comms, CreateNcclCommunicators(devices_));
+    if (cuda.peer_all_reduce) {
+      ASSIGN_OR_RETURN(peer_, PeerReduceGroup::Create(
+                                  devices_, static_cast<size_t>(max_rows_) * config.hidden_size));
+    }
   }
   ShardOptions o;
   o.num_pages = cache_.num_pages();
@@ -153,7 +159,7 @@ absl::Status CudaCausalLm::Init(const CudaLmOptions& cuda,
     cudaStream_t stream = nullptr;  // for the weight source's device-side work
     CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     absl::StatusOr<std::unique_ptr<ModelShard>> shard =
-        ModelShard::Create(config, plan, o, source(stream), std::move(comms[r]));
+        ModelShard::Create(config, plan, o, source(stream), std::move(comms[r]), peer_.get());
     cudaStreamDestroy(stream);
     if (!shard.ok()) return shard.status();
     shards_.push_back(std::move(*shard));

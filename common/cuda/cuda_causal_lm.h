@@ -4,7 +4,8 @@
 // Tensor parallelism (Megatron layout, tp_plan.h: any rank count up to the q heads, uneven
 // splits): each rank is a ModelShard (model_shard.h: the per-layer math is there) on its own
 // GPU, driven from its own thread (RankThreads), with an NCCL communicator: one all-reduce
-// after o_proj and one after down_proj, a vocab-parallel embedding and LM head. The page table
+// after o_proj and one after down_proj (fused with the residual add and norm into one
+// peer-access kernel where the GPUs allow it), a vocab-parallel embedding and LM head. The page table
 // (PagedKvCache) is one, shared by every rank's KV pool. The host prepares each chunk's metadata
 // once; every rank uploads it, so the ranks never wait on each other on the host.
 //
@@ -43,6 +44,9 @@ struct CudaLmOptions {
   std::vector<int> devices;
   int device = 0;
   int max_rows = 2048;  // new nodes per internal forward chunk (activation buffers)
+  // tp > 1: the all-reduce + residual + norm as one kernel over peer access when every pair of
+  // GPUs has it (peer_all_reduce.h); false, or without peer access: NCCL then a norm kernel.
+  bool peer_all_reduce = true;
 };
 
 // Builds the model from full fp32 host weights (each rank converts its slice to bf16 on its

@@ -42,7 +42,7 @@ using WeightsFn = std::function<ModelWeights()>;
 
 // The GPU model tensor-parallel over GPUs 0..tp-1.
 Pair Build(const ModelConfig& config, const WeightsFn& make_weights, int max_rows = 2048,
-           int tp = 1) {
+           int tp = 1, bool peer = true) {
   LmOptions options;
   options.max_batch = 4;
   Pair p;
@@ -50,6 +50,7 @@ Pair Build(const ModelConfig& config, const WeightsFn& make_weights, int max_row
   EXPECT_TRUE(cpu.ok()) << cpu.status();
   CudaLmOptions cuda;
   cuda.max_rows = max_rows;
+  cuda.peer_all_reduce = peer;
   options.tensor_parallel = tp;
   auto gpu = CreateCudaCausalLm(config, make_weights(), options, cuda);
   EXPECT_TRUE(gpu.ok()) << gpu.status();
@@ -105,9 +106,9 @@ void Compare(const std::vector<float>& cpu, const std::vector<float>& gpu, int v
 // Prefill of a chain, then a tree after it, on both backends; then a commit of a path with gaps
 // and one decode step after it.
 void CheckModel(const std::string& name, const ModelConfig& config, const WeightsFn& weights,
-                int max_rows = 2048, int tp = 1) {
+                int max_rows = 2048, int tp = 1, bool peer = true) {
   SCOPED_TRACE(name);
-  Pair p = Build(config, weights, max_rows, tp);
+  Pair p = Build(config, weights, max_rows, tp, peer);
   if (p.gpu) EXPECT_EQ(p.gpu->tensor_parallel(), tp);
   ASSERT_TRUE(p.cpu && p.gpu);
   std::mt19937 rng(11);
@@ -281,8 +282,8 @@ TEST(CudaCausalLmTest, DeviceVerifyStepEqualsHostPath) {
 // Tensor parallelism over two GPUs (NCCL): logits against the CPU for the tiny target and for
 // a model whose split is uneven everywhere (6 q heads over 3 KV heads, so a GQA group straddles
 // the ranks and its KV head lives on both; 5 MLP units of 64 split 2 + 3; an odd vocabulary;
-// q/k/v bias and an untied head), and the device verify step (both choice paths, walk and
-// commit on every rank) against the host path.
+// q/k/v bias and an untied head) with both all-reduce paths (peer access, NCCL), and the
+// device verify step (both choice paths, walk and commit on every rank) against the host path.
 TEST(CudaCausalLmTest, TensorParallelTwoGpus) {
   if (CudaDeviceCount() < 2) GTEST_SKIP() << "fewer than 2 GPUs: TP=2 test skipped";
   const std::string dir = absl::StrCat(TREESPEC_SOURCE_DIR, "/models/tiny-target");
@@ -302,6 +303,9 @@ TEST(CudaCausalLmTest, TensorParallelTwoGpus) {
   uneven.vocab_size = 1001;
   CheckModel("uneven qwen2-style tp=2", uneven, Random(uneven, 8), 2048, 2);
   CheckModel("uneven qwen2-style tp=2, 5-row chunks", uneven, Random(uneven, 8), 5, 2);
+  // The NCCL all-reduce path (GPUs without peer access take it).
+  CheckModel("uneven qwen2-style tp=2, NCCL all-reduces", uneven, Random(uneven, 8), 2048, 2,
+             /*peer=*/false);
   CheckDeviceVerifyStep(2);
 }
 

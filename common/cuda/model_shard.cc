@@ -20,12 +20,13 @@ namespace treespec::gpu {
 using bf16 = __nv_bfloat16;
 
 ModelShard::ModelShard(const ModelConfig& config, const TpPlan& plan, const ShardOptions& options,
-                       std::unique_ptr<Communicator> comm)
+                       std::unique_ptr<Communicator> comm, PeerReduceGroup* peer)
     : config_(config),
       plan_(plan),
       rank_(plan.ranks[options.rank]),
       options_(options),
-      comm_(std::move(comm)) {}
+      comm_(std::move(comm)),
+      peer_(peer) {}
 
 const char* ShardOpName(ShardOp op) {
   static const char* const kNames[] = {"start",    "embed",     "norm",      "qkv",
@@ -84,12 +85,14 @@ absl::StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(const ModelConfig
                                                                const TpPlan& plan,
                                                                const ShardOptions& options,
                                                                const TensorSource& source,
-                                                               std::unique_ptr<Communicator> comm) {
+                                                               std::unique_ptr<Communicator> comm,
+                                                               PeerReduceGroup* peer) {
   if (options.rank < 0 || options.rank >= plan.world_size()) {
     return absl::InvalidArgumentError(absl::StrCat("shard rank ", options.rank, " of ",
                                                    plan.world_size()));
   }
-  std::unique_ptr<ModelShard> shard(new ModelShard(config, plan, options, std::move(comm)));
+  std::unique_ptr<ModelShard> shard(
+      new ModelShard(config, plan, options, std::move(comm), plan.world_size() > 1 ? peer : nullptr));
   RETURN_IF_ERROR(shard->Init(source));
   return shard;
 }
@@ -200,6 +203,28 @@ absl::Status ModelShard::AllReduce(bf16* data, size_t count) {
   return absl::OkStatus();
 }
 
+bf16* ModelShard::Partial() {
+  return peer_ != nullptr ? peer_->mailbox(options_.rank, peer_epoch_ + 1) : out_.data();
+}
+
+absl::Status ModelShard::ReduceNorm(int rows, bool add_residual, const bf16* weight) {
+  const int hidden = config_.hidden_size;
+  const float eps = config_.rms_norm_eps;
+  if (peer_ != nullptr) {
+    CUDA_RETURN_IF_ERROR(peer_->Launch(options_.rank, ++peer_epoch_, rows, x_.data(),
+                                       add_residual, weight, hidden, eps, h_.data(), stream_));
+    Mark(ShardOp::kAllReduce);
+    return absl::OkStatus();
+  }
+  // Without a residual the partials are x itself (the embedding writes there).
+  bf16* partial = add_residual ? out_.data() : x_.data();
+  RETURN_IF_ERROR(AllReduce(partial, static_cast<size_t>(rows) * hidden));
+  CUDA_RETURN_IF_ERROR(LaunchRmsNorm(x_.data(), add_residual ? out_.data() : nullptr, weight, rows,
+                                     hidden, eps, h_.data(), stream_));
+  Mark(ShardOp::kNorm);
+  return absl::OkStatus();
+}
+
 absl::Status ModelShard::Forward(const int32_t* meta, int rows,
                                  absl::Span<const AttnSeqDesc> descs) {
   if (rows < 1 || rows > options_.max_rows) {
@@ -218,7 +243,6 @@ absl::Status ModelShard::Layers(int rows) {
   const int hidden = c.hidden_size, d = c.head_dim;
   const int hq = rank_.num_q_heads(), hkv = rank_.num_kv_heads(), f = rank_.mlp_width();
   const float eps = c.rms_norm_eps;
-  const size_t hidden_elems = static_cast<size_t>(rows) * hidden;
   const int32_t* tokens = rows_meta_.data();
   const int32_t* positions = tokens + rows;
   const int32_t* slots = tokens + 2 * rows;
@@ -242,17 +266,15 @@ absl::Status ModelShard::Layers(int rows) {
   };
 
   Mark(ShardOp::kStart);
+  // x = embedding (all-reduced over the vocabulary slices); h = the first layer's norm(x).
   CUDA_RETURN_IF_ERROR(LaunchEmbedding(embed_.data(), rank_.vocab_begin, rank_.vocab_size(), hidden,
-                                       tokens, rows, x_.data(), stream_));
+                                       tokens, rows, peer_ != nullptr ? Partial() : x_.data(),
+                                       stream_));
   Mark(ShardOp::kEmbed);
-  RETURN_IF_ERROR(AllReduce(x_.data(), hidden_elems));
+  RETURN_IF_ERROR(ReduceNorm(rows, /*add_residual=*/false, layers_[0].input_norm.data()));
   for (int l = 0; l < c.num_layers; ++l) {
     Layer& w = layers_[l];
     const KvLayerView kv = kv_.Layer(l);
-    // x += out (the previous layer's MLP); h = norm(x)
-    CUDA_RETURN_IF_ERROR(LaunchRmsNorm(x_.data(), l == 0 ? nullptr : out_.data(),
-                                       w.input_norm.data(), rows, hidden, eps, h_.data(), stream_));
-    Mark(ShardOp::kNorm);
     RETURN_IF_ERROR(gemm(h_.data(), w.w_qkv, &w.b_qkv, (hq + 2 * hkv) * d, hidden, qkv_.data()));
     Mark(ShardOp::kQkv);
     CUDA_RETURN_IF_ERROR(LaunchKvWrite(
@@ -262,12 +284,9 @@ absl::Status ModelShard::Layers(int rows) {
     Mark(ShardOp::kKvWrite);
     CUDA_RETURN_IF_ERROR(attention_->Run(kv, q_.data(), attn_.data(), stream_));
     Mark(ShardOp::kAttention);
-    RETURN_IF_ERROR(gemm(attn_.data(), w.wo, nullptr, hidden, hq * d, out_.data()));
+    RETURN_IF_ERROR(gemm(attn_.data(), w.wo, nullptr, hidden, hq * d, Partial()));
     Mark(ShardOp::kOProj);
-    RETURN_IF_ERROR(AllReduce(out_.data(), hidden_elems));
-    CUDA_RETURN_IF_ERROR(LaunchRmsNorm(x_.data(), out_.data(), w.post_norm.data(), rows, hidden,
-                                       eps, h_.data(), stream_));
-    Mark(ShardOp::kNorm);
+    RETURN_IF_ERROR(ReduceNorm(rows, /*add_residual=*/true, w.post_norm.data()));
     if (f > 0) {
       RETURN_IF_ERROR(gemm(h_.data(), w.w_gate_up, nullptr, 2 * f, hidden, gate_up_.data()));
       Mark(ShardOp::kGateUp);
@@ -275,13 +294,13 @@ absl::Status ModelShard::Layers(int rows) {
                                          act_.data(), stream_));
       Mark(ShardOp::kSiluMul);
     }
-    RETURN_IF_ERROR(gemm(act_.data(), w.w_down, nullptr, hidden, f, out_.data()));
+    RETURN_IF_ERROR(gemm(act_.data(), w.w_down, nullptr, hidden, f, Partial()));
     Mark(ShardOp::kDown);
-    RETURN_IF_ERROR(AllReduce(out_.data(), hidden_elems));
+    // x += MLP; h = the next layer's input norm (the final norm after the last layer).
+    RETURN_IF_ERROR(ReduceNorm(rows, /*add_residual=*/true,
+                               l + 1 < c.num_layers ? layers_[l + 1].input_norm.data()
+                                                    : final_norm_.data()));
   }
-  CUDA_RETURN_IF_ERROR(LaunchRmsNorm(x_.data(), out_.data(), final_norm_.data(), rows, hidden, eps,
-                                     h_.data(), stream_));
-  Mark(ShardOp::kNorm);
   GemmArgs head;
   head.m = rows;
   head.n = rank_.vocab_size();

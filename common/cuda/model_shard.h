@@ -8,10 +8,12 @@
 //   qkv = h · [Wq; Wk; Wv]ᵀ (+ bias)              this rank's heads, one GEMM
 //   q, K/V cache = RoPE(qkv)                      LaunchKvWrite
 //   a   = tree attention(q)                       TreeAttention (rank's heads)
-//   out = all-reduce(a · Woᵀ); x += out; h = RMSNorm(x)          (row-parallel o_proj)
-//   out = all-reduce((SiLU(h · Wgateᵀ) * (h · Wupᵀ)) · Wdownᵀ)   (rank's MLP columns)
+//   x  += all-reduce(a · Woᵀ); h = RMSNorm(x)                    (row-parallel o_proj)
+//   x  += all-reduce((SiLU(h · Wgateᵀ) * (h · Wupᵀ)) · Wdownᵀ); h = next RMSNorm(x)
 // with a vocab-parallel embedding (zero rows outside the slice, then an all-reduce) and a
-// vocab-parallel LM head: logits [rows, vocab slice] in fp32.
+// vocab-parallel LM head: logits [rows, vocab slice] in fp32. Each "all-reduce; add; norm" is
+// one PeerReduceGroup kernel when the GPUs have peer access (the GEMM writes its partials into
+// the rank's mailbox), else an NCCL all-reduce followed by LaunchRmsNorm.
 #ifndef TREESPEC_COMMON_CUDA_MODEL_SHARD_H_
 #define TREESPEC_COMMON_CUDA_MODEL_SHARD_H_
 
@@ -28,6 +30,7 @@
 #include "common/cuda/device_buffer.h"
 #include "common/cuda/gemm.h"
 #include "common/cuda/paged_kv.h"
+#include "common/cuda/peer_all_reduce.h"
 #include "common/cuda/tree_attention.h"
 #include "common/cuda/weight_source.h"
 #include "common/model/communicator.h"
@@ -80,12 +83,14 @@ struct StepLayout {
 
 class ModelShard {
  public:
-  // Makes the rank's weights from `source` and allocates everything on options.device.
+  // Makes the rank's weights from `source` and allocates everything on options.device. `peer`
+  // (may be null: NCCL all-reduces) must outlive the shard.
   static absl::StatusOr<std::unique_ptr<ModelShard>> Create(const ModelConfig& config,
                                                             const TpPlan& plan,
                                                             const ShardOptions& options,
                                                             const TensorSource& source,
-                                                            std::unique_ptr<Communicator> comm);
+                                                            std::unique_ptr<Communicator> comm,
+                                                            PeerReduceGroup* peer);
   ~ModelShard();
   ModelShard(const ModelShard&) = delete;
   ModelShard& operator=(const ModelShard&) = delete;
@@ -130,10 +135,14 @@ class ModelShard {
 
  private:
   ModelShard(const ModelConfig& config, const TpPlan& plan, const ShardOptions& options,
-             std::unique_ptr<Communicator> comm);
+             std::unique_ptr<Communicator> comm, PeerReduceGroup* peer);
   absl::Status Init(const TensorSource& source);
   absl::Status Layers(int rows);
   absl::Status AllReduce(__nv_bfloat16* data, size_t count);
+  // Where a row-parallel op writes its partial sums for the next ReduceNorm.
+  __nv_bfloat16* Partial();
+  // x = (add_residual ? x : 0) + all-reduce(partials); h = RMSNorm(x) · weight.
+  absl::Status ReduceNorm(int rows, bool add_residual, const __nv_bfloat16* weight);
   // Records the end of `op` (op timing on).
   void Mark(ShardOp op);
 
@@ -154,6 +163,8 @@ class ModelShard {
   const TpRankPlan rank_;
   const ShardOptions options_;
   std::unique_ptr<Communicator> comm_;
+  PeerReduceGroup* const peer_;  // null: NCCL all-reduces
+  uint64_t peer_epoch_ = 0;      // peer_ calls made (the same count on every rank)
   cudaStream_t stream_ = nullptr;
   cudaEvent_t staged_ = nullptr;  // the last copy out of pinned host memory is done
 
