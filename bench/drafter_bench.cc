@@ -1,6 +1,7 @@
 // treespec-drafter-bench: drafting latency per step, in process and over gRPC on loopback.
 //
-//   treespec-drafter-bench [--draft_model=DIR] [--context=512] [--steps=50] [--json=out.json]
+//   treespec-drafter-bench [--draft_model=DIR] [--device=cpu] [--context=512] [--steps=50]
+//                          [--json=out.json]
 //
 // Per step = one Append of the emitted tokens plus one Draft, as the service does for a Commit;
 // the emitted tokens come from walking the previous tree along a synthetic repetitive text.
@@ -22,6 +23,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/backend/load_model.h"
 #include "common/model/causal_lm.h"
 #include "common/model/cpu_test_util.h"
 #include "common/model/random_model.h"
@@ -32,6 +34,7 @@
 #include "treespec/v1/drafter.grpc.pb.h"
 
 ABSL_FLAG(std::string, draft_model, "", "draft model dir; empty = random 2x128, vocab 4096");
+ABSL_FLAG(std::string, device, "cpu", "draft model backend: cpu, cuda, cuda:N or auto");
 ABSL_FLAG(double, init_std, 0.25, "weight std of the random model (larger = more peaked)");
 ABSL_FLAG(int, context, 512, "prompt tokens before the first step");
 ABSL_FLAG(int, steps, 50, "measured steps per configuration");
@@ -162,7 +165,7 @@ absl::StatusOr<Result> OverGrpc(const std::string& name, v1::Drafter::Stub& stub
 absl::StatusOr<std::unique_ptr<CausalLm>> LoadModel(const std::string& dir) {
   LmOptions options;
   options.max_batch = 4;
-  return LoadCpuCausalLm(dir, options);
+  return LoadCausalLm(dir, absl::GetFlag(FLAGS_device), options);
 }
 
 absl::Status Run() {

@@ -4,7 +4,8 @@
 // (DESIGN §7).
 //
 //   treespec-verify-step-bench [--contexts=1024,8192,32768] [--nodes=1,16,64] [--reps=20]
-//                              [--layers=32] [--tp=1,2] [--peer_all_reduce] [--breakdown]
+//                              [--layers=32] [--tp=1,2] [--peer_all_reduce] [--cuda_graphs]
+//                              [--breakdown]
 //                              [--json=out.json]
 //
 // Per context: one sequence is prefilled with random tokens (a real prefill through the same
@@ -53,6 +54,7 @@ ABSL_FLAG(std::vector<std::string>, tp, std::vector<std::string>({"1"}),
           "tensor-parallel rank counts to run, each on GPUs 0..tp-1");
 ABSL_FLAG(bool, peer_all_reduce, true,
           "tp > 1: fused peer-access all-reduce + norm where the GPUs allow it (else NCCL)");
+ABSL_FLAG(bool, cuda_graphs, true, "tp == 1: replay each forward as a CUDA graph");
 ABSL_FLAG(bool, breakdown, false,
           "also time every op of rank 0 (events after each op; separate steps, not the timed "
           "ones) and print GPU us per step by op");
@@ -200,6 +202,7 @@ absl::Status Main() {
     const auto load_start = std::chrono::steady_clock::now();
     CudaLmOptions cuda;
     cuda.peer_all_reduce = absl::GetFlag(FLAGS_peer_all_reduce);
+    cuda.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
     ASSIGN_OR_RETURN(std::unique_ptr<CausalLm> model,
                      CreateRandomCudaCausalLm(config, 1, lm, cuda));
     std::printf(
@@ -225,7 +228,8 @@ absl::Status Main() {
   }
   WriteBenchJson(absl::GetFlag(FLAGS_json), ceilings, results,
                  {{"layers", config.num_layers},
-                  {"peer_all_reduce", absl::GetFlag(FLAGS_peer_all_reduce)}});
+                  {"peer_all_reduce", absl::GetFlag(FLAGS_peer_all_reduce)},
+                  {"cuda_graphs", absl::GetFlag(FLAGS_cuda_graphs)}});
   return absl::OkStatus();
 }
 

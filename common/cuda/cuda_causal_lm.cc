@@ -152,6 +152,7 @@ absl::Status CudaCausalLm::Init(const CudaLmOptions& cuda,
                  3 * sizeof(int32_t) * (kStepSeqs + 1) + sizeof(int32_t) * cache_.num_pages() +
                  8 * 16;
   o.step_out_ints = size_t{kStepSeqs} * (2 * kMaxPath + 1);
+  o.cuda_graphs = cuda.cuda_graphs;
   for (int r = 0; r < tp; ++r) {
     o.device = devices_[r];
     o.rank = r;

@@ -47,6 +47,9 @@ struct CudaLmOptions {
   // tp > 1: the all-reduce + residual + norm as one kernel over peer access when every pair of
   // GPUs has it (peer_all_reduce.h); false, or without peer access: NCCL then a norm kernel.
   bool peer_all_reduce = true;
+  // tp == 1: forwards replay CUDA graphs per bucket of rows (captured at the second use of a
+  // bucket); false runs every kernel eagerly.
+  bool cuda_graphs = true;
 };
 
 // Builds the model from full fp32 host weights (each rank converts its slice to bf16 on its

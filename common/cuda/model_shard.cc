@@ -45,6 +45,10 @@ ModelShard::~ModelShard() {
   }
   if (staged_ != nullptr) cudaEventDestroy(staged_);
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  for (Graph& g : graphs_) {
+    if (g.exec != nullptr) cudaGraphExecDestroy(g.exec);
+  }
+  if (meta_staging_ != nullptr) cudaFreeHost(meta_staging_);
 }
 
 absl::Status ModelShard::SetOpTiming(bool on) {
@@ -143,8 +147,10 @@ absl::Status ModelShard::Init(const TensorSource& source) {
   ASSIGN_OR_RETURN(inv_freq_, DeviceBuffer<float>::Create(inv_freq.size()));
   RETURN_IF_ERROR(inv_freq_.CopyFromHost(inv_freq));
 
-  ASSIGN_OR_RETURN(kv_, DeviceKvPool::Create(c.num_layers, options_.num_pages, options_.page_size,
-                                             hkv, d));
+  // One page more than the page table hands out: the scratch page that padded graph rows
+  // write their K/V into.
+  ASSIGN_OR_RETURN(kv_, DeviceKvPool::Create(c.num_layers, options_.num_pages + 1,
+                                             options_.page_size, hkv, d));
   ASSIGN_OR_RETURN(gemm_, GemmRunner::Create(kDefaultGemmWorkspaceBytes));
 
   const int rows = options_.max_rows;
@@ -153,10 +159,10 @@ absl::Status ModelShard::Init(const TensorSource& source) {
                 rank_.q_head_begin - rank_.kv_head_begin * plan_.group_size};
   attn.head_dim = d;
   attn.page_size = options_.page_size;
-  attn.pool_pages = options_.num_pages;
+  attn.pool_pages = options_.num_pages + 1;
   attn.scale = 1.0f / std::sqrt(static_cast<float>(d));
   attn.limits.max_seqs = rows;
-  attn.limits.max_pages = options_.num_pages;
+  attn.limits.max_pages = options_.num_pages + 1;
   // Masks of trees (chains need none) of up to a few thousand nodes.
   attn.limits.max_mask_words = std::max(1 << 16, 2 * rows * ((rows + 63) / 64));
   attn.limits.max_items = rows * hkv + 4096;
@@ -182,6 +188,10 @@ absl::Status ModelShard::Init(const TensorSource& source) {
     ASSIGN_OR_RETURN(all_idx_, DeviceBuffer<int32_t>::Create(r * tp));
   }
   ASSIGN_OR_RETURN(rows_meta_, DeviceBuffer<int32_t>::Create(3 * r));
+  CUDA_RETURN_IF_ERROR(cudaMallocHost(&meta_staging_, 3 * r * sizeof(int32_t)));
+  int buckets = 1;
+  while ((1 << (buckets - 1)) < rows) ++buckets;
+  graphs_.resize(buckets);
   // CommitPath: [committed, path_len, path (max 1024), page offsets (2), pages].
   ASSIGN_OR_RETURN(commit_meta_, DeviceBuffer<int32_t>::Create(4 + 1024 + options_.num_pages));
   ASSIGN_OR_RETURN(step_in_, DeviceBuffer<unsigned char>::Create(options_.step_bytes));
@@ -230,11 +240,66 @@ absl::Status ModelShard::Forward(const int32_t* meta, int rows,
   if (rows < 1 || rows > options_.max_rows) {
     return absl::InternalError(absl::StrCat("shard forward of ", rows, " rows"));
   }
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rows_meta_.data(), meta, 3 * rows * sizeof(int32_t),
+  const bool graph = options_.cuda_graphs && plan_.world_size() == 1 && !timing_;
+  int padded = rows;
+  if (graph) {
+    padded = 1;
+    while (padded < rows) padded *= 2;
+    padded = std::min(padded, options_.max_rows);
+  }
+  // Padded rows: token 0 at position 0, K/V into the scratch page's first slot.
+  RETURN_IF_ERROR(WaitStaged());  // the last upload has left meta_staging_
+  int32_t* m = meta_staging_;
+  const int32_t scratch_slot = options_.num_pages * options_.page_size;
+  for (int part = 0; part < 3; ++part) {
+    std::copy(meta + part * rows, meta + (part + 1) * rows, m + part * padded);
+    std::fill(m + part * padded + rows, m + (part + 1) * padded, part == 2 ? scratch_slot : 0);
+  }
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rows_meta_.data(), m, 3 * padded * sizeof(int32_t),
                                        cudaMemcpyHostToDevice, stream_));
   CUDA_RETURN_IF_ERROR(cudaEventRecord(staged_, stream_));
   RETURN_IF_ERROR(attention_->Prepare(descs, stream_));
-  return Layers(rows);
+  return graph ? LayersGraph(padded) : Layers(rows);
+}
+
+absl::Status ModelShard::LayersGraph(int rows) {
+  int bucket = 0;
+  while ((1 << bucket) < rows) ++bucket;
+  Graph& g = graphs_[bucket];
+  const int items = static_cast<int>(attention_->plan().items.size());
+  if (g.exec != nullptr && items <= g.attention_capacity) {
+    CUDA_RETURN_IF_ERROR(cudaGraphLaunch(g.exec, stream_));
+    return absl::OkStatus();
+  }
+  // An eager run first: it builds (and tunes) the GEMM plans the capture needs.
+  RETURN_IF_ERROR(Layers(rows));
+  const int capacity = std::max(64, 2 * items);
+  attention_->set_grid_capacity(capacity);
+  cudaGraph_t captured = nullptr;
+  absl::Status status;
+  if (cudaError_t e = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal);
+      e != cudaSuccess) {
+    status = absl::InternalError(absl::StrCat("graph capture: ", cudaGetErrorString(e)));
+  } else {
+    status = Layers(rows);
+    const cudaError_t end = cudaStreamEndCapture(stream_, &captured);
+    if (status.ok() && end != cudaSuccess) {
+      status = absl::InternalError(absl::StrCat("graph capture: ", cudaGetErrorString(end)));
+    }
+  }
+  attention_->set_grid_capacity(0);
+  cudaGraphExec_t exec = nullptr;
+  if (status.ok()) {
+    if (cudaError_t e = cudaGraphInstantiate(&exec, captured, 0); e != cudaSuccess) {
+      status = absl::InternalError(absl::StrCat("graph instantiate: ", cudaGetErrorString(e)));
+    }
+  }
+  if (captured != nullptr) cudaGraphDestroy(captured);
+  RETURN_IF_ERROR(status);
+  if (g.exec != nullptr) cudaGraphExecDestroy(g.exec);
+  g.exec = exec;
+  g.attention_capacity = capacity;
+  return absl::OkStatus();
 }
 
 // The forward pass of `rows` rows whose metadata is in rows_meta_ and attention_.

@@ -68,6 +68,9 @@ struct ShardOptions {
   size_t step_bytes = 0;  // verify-step input buffer (StepInputs)
   int step_rows = 0;      // rows of one verify step (choices)
   size_t step_out_ints = 0;
+  // tp == 1: replay each forward as a CUDA graph per bucket of rows (powers of two; the rows
+  // past the real ones compute on a scratch KV slot and are ignored).
+  bool cuda_graphs = true;
 };
 
 // Where the verify step's inputs lie in step_in() (byte offsets, set by the model).
@@ -138,6 +141,8 @@ class ModelShard {
              std::unique_ptr<Communicator> comm, PeerReduceGroup* peer);
   absl::Status Init(const TensorSource& source);
   absl::Status Layers(int rows);
+  // Layers(rows) as a replay of the bucket's CUDA graph (captured after an eager run).
+  absl::Status LayersGraph(int rows);
   absl::Status AllReduce(__nv_bfloat16* data, size_t count);
   // Where a row-parallel op writes its partial sums for the next ReduceNorm.
   __nv_bfloat16* Partial();
@@ -187,6 +192,15 @@ class ModelShard {
   DeviceBuffer<unsigned char> step_in_;         // verify-step inputs (StepLayout)
   DeviceBuffer<int32_t> choice_;                // [step_rows]
   DeviceBuffer<int32_t> step_out_;              // walk outputs
+
+  // CUDA graphs (tp == 1): per bucket log2(rows), the graph of Layers(rows) and the attention
+  // grid it was captured with.
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+    int attention_capacity = 0;
+  };
+  std::vector<Graph> graphs_;
+  int32_t* meta_staging_ = nullptr;  // pinned [3, max_rows]: rows_meta_'s padded host twin
 
   // Op timing: events_[i] ends ops_[i] (timing_ on).
   bool timing_ = false;

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <utility>
@@ -164,7 +165,7 @@ cudaError_t TreeAttention::Run(const KvLayerView& layer, const __nv_bfloat16* q,
   args.group_size = options_.heads.group_size;
   args.q_head_shift = options_.heads.q_head_shift;
   args.scale_log2 = options_.scale * 1.4426950408889634f;
-  const int ctas = static_cast<int>(plan_.items.size());
+  const int ctas = std::max(static_cast<int>(plan_.items.size()), grid_capacity_);
   switch (options_.head_dim) {
     case 32:
       return Launch<32>(args, ctas, stream);

@@ -52,11 +52,18 @@ class TreeAttention {
   const AttnPlan& plan() const { return plan_; }
   int target_ctas() const { return target_ctas_; }
 
+  // For CUDA graphs: Run launches max(work items, capacity) CTAs, and the CTAs past the
+  // prepared batch's item count (read from device memory) exit at once, so a graph captured
+  // with capacity C replays correctly after any later Prepare with at most C items. 0: the
+  // grid is the item count (eager launches).
+  void set_grid_capacity(int ctas) { grid_capacity_ = ctas; }
+
  private:
   TreeAttention() = default;
 
   TreeAttentionOptions options_;
   int target_ctas_ = 0;
+  int grid_capacity_ = 0;
   AttnPlan plan_;
   // Device metadata at fixed offsets (so a captured graph's pointers stay valid).
   DeviceBuffer<unsigned char> meta_;

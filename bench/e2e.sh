@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# End-to-end benchmark (issue 3): the tiny pair through the real services on GPUs — drafter and
+# verifier as separate processes, requests over gRPC from treespec-cli — at batch 1 and batch B,
+# speculation on and off; then Hugging Face Transformers on the same prompts (plain greedy and
+# assisted generation with the same draft model, bench/hf_baseline.py); a table of ratios.
+#
+#   bench/e2e.sh [OUT_DIR]
+# Environment: BIN (default build/bin), RUN (a command prefix for the binaries, e.g. ".gpu/run"
+# for a gpu-bundle), VERIFIER_DEVICE (cuda:0), DRAFTER_DEVICE (cuda:1 when there are two GPUs,
+# else cuda:0), PROMPTS (12), MAX_NEW (128), BATCH (16), HF (1: also run Transformers),
+# DRAFTER_FLAGS (extra treespec-drafter flags, e.g. --expand_per_depth=4).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source tools/services.sh
+out=${1:-$(mktemp -d /tmp/treespec-e2e.XXXXXX)}
+mkdir -p "$out"
+bin=${BIN:-build/bin}
+run=${RUN:-}
+gpus=$( (nvidia-smi -L 2>/dev/null || true) | wc -l)
+verifier_device=${VERIFIER_DEVICE:-cuda:0}
+drafter_device=${DRAFTER_DEVICE:-$([ "$gpus" -ge 2 ] && echo cuda:1 || echo cuda:0)}
+prompts=${PROMPTS:-12}
+max_new=${MAX_NEW:-128}
+batch=${BATCH:-16}
+trap 'stop_service "${VERIFIER_PID:-}"; stop_service "${DRAFTER_PID:-}"' EXIT
+
+start_service DRAFTER "$out/drafter.log" \
+  $run $bin/treespec-drafter --port=0 --draft_model=models/tiny-draft --device="$drafter_device" \
+  ${DRAFTER_FLAGS:-}
+start_service VERIFIER "$out/verifier.log" \
+  $run $bin/treespec-verifier --port=0 --model=models/tiny-target --drafter="$DRAFTER_ADDR" \
+  --device="$verifier_device" --max_batch="$batch"
+echo "drafter ($drafter_device) at $DRAFTER_ADDR, verifier ($verifier_device) at $VERIFIER_ADDR"
+
+for concurrency in 1 "$batch"; do
+  for mode in draft_model off; do
+    # One warm-up request, then the timed run.
+    $run $bin/treespec-cli generate --target="$VERIFIER_ADDR" --mode=$mode --quiet \
+      --prompts_file=tests/data/heldout_prompts.jsonl --limit=1 --max_new_tokens=16 \
+      --ignore_eos >/dev/null
+    $run $bin/treespec-cli generate --target="$VERIFIER_ADDR" --mode=$mode --quiet \
+      --prompts_file=tests/data/heldout_prompts.jsonl --limit="$prompts" \
+      --max_new_tokens="$max_new" --ignore_eos --concurrency="$concurrency" \
+      --json_out="$out/treespec_${mode}_c${concurrency}.json"
+  done
+done
+
+if [ "${HF:-1}" = 1 ]; then
+  python3 bench/hf_baseline.py --prompts tests/data/heldout_prompts.jsonl --limit "$prompts" \
+    --max_new_tokens "$max_new" --batch "$batch" --json_out "$out/hf.json"
+fi
+
+python3 - "$out" "$batch" <<'PY'
+import json, os, sys
+out, batch = sys.argv[1], int(sys.argv[2])
+def load(name):
+    path = os.path.join(out, name)
+    return json.load(open(path)) if os.path.exists(path) else None
+rows = {}
+for c in (1, batch):
+    for mode in ("draft_model", "off"):
+        r = load(f"treespec_{mode}_c{c}.json")
+        rows[(mode, c)] = r
+hf = load("hf.json") or {}
+summary = {"batch": batch}
+print()
+print(f"{'system':44s} {'batch':>5s} {'tok/s':>9s} {'MAL':>5s}")
+for (mode, c), r in rows.items():
+    name = "treespec, speculation " + ("on (draft model tree)" if mode != "off" else "off")
+    mal = r["mean_acceptance_length"] if mode != "off" else 1.0
+    print(f"{name:44s} {c:5d} {r['tokens_per_s']:9.1f} {mal:5.2f}")
+    summary[f"treespec_{mode}_c{c}_tokens_per_s"] = r["tokens_per_s"]
+    summary[f"treespec_{mode}_c{c}_mean_acceptance_length"] = mal
+    summary[f"treespec_{mode}_c{c}_failed"] = r["failed"]
+for key, name, c in (("plain_batch1_tokens_per_s", "Transformers greedy", 1),
+                     ("assisted_batch1_tokens_per_s", "Transformers assisted (assistant_model)", 1),
+                     (f"plain_batch{batch}_tokens_per_s", "Transformers greedy", batch)):
+    if key in hf:
+        print(f"{name:44s} {c:5d} {hf[key]:9.1f}")
+        summary["hf_" + key] = hf[key]
+if hf:
+    spec1 = rows[("draft_model", 1)]["tokens_per_s"]
+    summary["speedup_vs_hf_assisted_batch1"] = spec1 / hf["assisted_batch1_tokens_per_s"]
+    summary["speedup_vs_hf_plain_batch1"] = spec1 / hf["plain_batch1_tokens_per_s"]
+    specb = rows[("draft_model", batch)]["tokens_per_s"]
+    summary[f"speedup_vs_hf_plain_batch{batch}"] = specb / hf[f"plain_batch{batch}_tokens_per_s"]
+    print(f"\nbatch 1, speculation on: {summary['speedup_vs_hf_assisted_batch1']:.1f}x "
+          f"Transformers assisted, {summary['speedup_vs_hf_plain_batch1']:.1f}x its greedy; "
+          f"batch {batch}: {summary[f'speedup_vs_hf_plain_batch{batch}']:.1f}x its greedy")
+    same = sum(a["token_ids"] == b for a, b in
+               zip(rows[("off", 1)]["requests"], hf.get("plain_batch1_token_ids", [])))
+    print(f"greedy outputs identical to Transformers' for {same} of {len(rows[('off', 1)]['requests'])} "
+          f"prompts (bf16 kernels differ; near-ties may split)")
+    summary["greedy_identical_to_hf"] = same
+json.dump(summary, open(os.path.join(out, "e2e_summary.json"), "w"), indent=1)
+PY
