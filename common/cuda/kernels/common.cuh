@@ -19,11 +19,14 @@ struct Floats {
   float v[kVec];
 };
 
-template <int kVec>
+// kL2Only: an L2-only load (ld.global.cg), for memory another GPU or kernel rewrites between
+// reads that L1 must not keep (a peer's all-reduce mailbox).
+template <int kVec, bool kL2Only = false>
 __device__ __forceinline__ Floats<kVec> LoadBf16(const __nv_bfloat16* p) {
   Floats<kVec> f;
   if constexpr (kVec == 8) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+    const uint4 raw =
+        kL2Only ? __ldcg(reinterpret_cast<const uint4*>(p)) : *reinterpret_cast<const uint4*>(p);
     const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -33,7 +36,9 @@ __device__ __forceinline__ Floats<kVec> LoadBf16(const __nv_bfloat16* p) {
     }
   } else {
     static_assert(kVec == 1, "kVec is 8 or 1");
-    f.v[0] = __bfloat162float(*p);
+    const unsigned short bits = kL2Only ? __ldcg(reinterpret_cast<const unsigned short*>(p))
+                                        : *reinterpret_cast<const unsigned short*>(p);
+    f.v[0] = __bfloat162float(__ushort_as_bfloat16(bits));
   }
   return f;
 }

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "common/cuda/kernels/common.cuh"
+#include "common/cuda/kernels/rms_norm.cuh"
 
 namespace treespec::gpu::kernels {
 
@@ -84,21 +85,7 @@ __global__ void PeerAllReduceRmsNormKernel(PeerReduceArgs a, int rows, __nv_bflo
       for (int i = 0; i < kVec; ++i) s.v[i] = 0.0f;
       for (int q = 0; q < a.ranks; ++q) {
         // L2-only loads: a peer's mailbox changes between calls, L1 must not keep it.
-        Floats<kVec> part;
-        if constexpr (kVec == 8) {
-          const uint4 raw = __ldcg(reinterpret_cast<const uint4*>(a.partial[q] + row_offset) + p);
-          const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const float2 two = __bfloat1622float2(pairs[i]);
-            part.v[2 * i] = two.x;
-            part.v[2 * i + 1] = two.y;
-          }
-        } else {
-          const unsigned short bits =
-              __ldcg(reinterpret_cast<const unsigned short*>(a.partial[q] + row_offset) + p);
-          part.v[0] = __bfloat162float(__ushort_as_bfloat16(bits));
-        }
+        const Floats<kVec> part = LoadBf16<kVec, true>(a.partial[q] + row_offset + p * kVec);
 #pragma unroll
         for (int i = 0; i < kVec; ++i) s.v[i] = __fadd_rn(s.v[i], part.v[i]);
       }
@@ -114,15 +101,7 @@ __global__ void PeerAllReduceRmsNormKernel(PeerReduceArgs a, int rows, __nv_bflo
 #pragma unroll
       for (int i = 0; i < kVec; ++i) sum_sq = fmaf(v.v[i], v.v[i], sum_sq);
     }
-    sum_sq = BlockSum(sum_sq);
-    const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(n) + eps);
-    for (int p = threadIdx.x; p < num_packs; p += blockDim.x) {
-      Floats<kVec> v = LoadBf16<kVec>(xr + p * kVec);
-      const Floats<kVec> w = LoadBf16<kVec>(weight + p * kVec);
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) v.v[i] = __fmul_rn(w.v[i], __fmul_rn(v.v[i], inv_rms));
-      StoreBf16<kVec>(v, out + row_offset + p * kVec);
-    }
+    NormalizeRow<kVec>(xr, weight, n, sum_sq, eps, out + row_offset);
     __syncthreads();  // BlockSum's shared memory is reused by the next row
   }
 }

@@ -10,6 +10,24 @@
 
 namespace treespec::gpu::kernels {
 
+// The second pass of an RMSNorm row: with this thread's share `sum_sq` of the row's sum of
+// squares, out = bf16(weight * (x * inv_rms)), inv_rms = 1 / sqrt(sum / n + eps), for the packs
+// this thread owns (p = threadIdx.x, threadIdx.x + blockDim.x, ...), as in the first pass.
+template <int kVec>
+__device__ __forceinline__ void NormalizeRow(const __nv_bfloat16* xr,
+                                             const __nv_bfloat16* __restrict__ weight, int n,
+                                             float sum_sq, float eps, __nv_bfloat16* outr) {
+  sum_sq = BlockSum(sum_sq);
+  const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(n) + eps);
+  for (int p = threadIdx.x; p < n / kVec; p += blockDim.x) {
+    Floats<kVec> v = LoadBf16<kVec>(xr + p * kVec);
+    const Floats<kVec> w = LoadBf16<kVec>(weight + p * kVec);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) v.v[i] = __fmul_rn(w.v[i], __fmul_rn(v.v[i], inv_rms));
+    StoreBf16<kVec>(v, outr + p * kVec);
+  }
+}
+
 // One block per row of n elements; thread t owns packs t, t + blockDim.x, ... in both passes,
 // so every element is read and written by one thread only: out may alias x or residual.
 //   pass 1: x = bf16(x + residual) (skipped without residual); sum of squares of that
@@ -42,16 +60,7 @@ __global__ void AddRmsNormKernel(__nv_bfloat16* x, const __nv_bfloat16* residual
 #pragma unroll
     for (int i = 0; i < kVec; ++i) sum_sq = fmaf(v.v[i], v.v[i], sum_sq);
   }
-  sum_sq = BlockSum(sum_sq);
-  const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(n) + eps);
-
-  for (int p = threadIdx.x; p < num_packs; p += blockDim.x) {
-    Floats<kVec> v = LoadBf16<kVec>(xr + p * kVec);
-    const Floats<kVec> w = LoadBf16<kVec>(weight + p * kVec);
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) v.v[i] = __fmul_rn(w.v[i], __fmul_rn(v.v[i], inv_rms));
-    StoreBf16<kVec>(v, outr + p * kVec);
-  }
+  NormalizeRow<kVec>(xr, weight, n, sum_sq, eps, outr);
 }
 
 }  // namespace treespec::gpu::kernels
