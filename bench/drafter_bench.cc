@@ -17,6 +17,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -52,9 +53,48 @@ struct Result {
   double ms_per_step = 0;
   double nodes_per_tree = 0;
   double tokens_per_step = 0;  // emitted per step (accepted + bonus) against the target text
+  // In process with a draft model: time inside the model's Forward per step, its calls and
+  // rows per step (the rest of ms_per_step is the drafter's own host work).
+  double forward_ms_per_step = 0, forwards_per_step = 0, rows_per_step = 0;
 };
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+// A CausalLm that passes every call on and times Forward (the draft model's share of a step).
+class TimedLm final : public CausalLm {
+ public:
+  explicit TimedLm(std::unique_ptr<CausalLm> lm) : lm_(std::move(lm)) {}
+  const ModelConfig& config() const override { return lm_->config(); }
+  int tensor_parallel() const override { return lm_->tensor_parallel(); }
+  std::string device() const override { return lm_->device(); }
+  SeqId CreateSequence() override { return lm_->CreateSequence(); }
+  void FreeSequence(SeqId seq) override { lm_->FreeSequence(seq); }
+  PagedKvCache& kv_cache() override { return lm_->kv_cache(); }
+  absl::StatusOr<std::vector<float>> Forward(absl::Span<const SeqTree> batch) override {
+    const auto t0 = Clock::now();
+    auto logits = lm_->Forward(batch);
+    time_ += Clock::now() - t0;
+    ++calls_;
+    for (const SeqTree& s : batch) rows_ += static_cast<int64_t>(s.tokens.size()) - s.first_new;
+    return logits;
+  }
+  void Commit(SeqId seq, int committed_len, absl::Span<const int> path) override {
+    lm_->Commit(seq, committed_len, path);
+  }
+  void Truncate(SeqId seq, int len) override { lm_->Truncate(seq, len); }
+
+  // Forward time, calls and rows since the last call.
+  void Take(Clock::duration* time, int64_t* calls, int64_t* rows) {
+    *time = std::exchange(time_, Clock::duration{});
+    *calls = std::exchange(calls_, 0);
+    *rows = std::exchange(rows_, 0);
+  }
+
+ private:
+  std::unique_ptr<CausalLm> lm_;
+  Clock::duration time_{};
+  int64_t calls_ = 0, rows_ = 0;
+};
 
 // The "target's text": a phrase of 12 tokens repeated, every fifth repetition with one token
 // changed, so ngram matches exist but are not always right. The prompt is its first tokens and
@@ -98,7 +138,9 @@ std::vector<int32_t> Emit(const TargetText& text, int64_t pos, const std::vector
   return text.Range(pos, p + 1);
 }
 
-absl::StatusOr<Result> InProcess(const std::string& name, DrafterFactory& factory, int vocab) {
+// `timed`, when given, is the model inside `factory`: its Forward time is reported too.
+absl::StatusOr<Result> InProcess(const std::string& name, DrafterFactory& factory, int vocab,
+                                 TimedLm* timed = nullptr) {
   const TargetText text(vocab, 1);
   ASSIGN_OR_RETURN(std::unique_ptr<DraftSession> session, factory.NewSession());
   int64_t pos = absl::GetFlag(FLAGS_context);
@@ -107,7 +149,9 @@ absl::StatusOr<Result> InProcess(const std::string& name, DrafterFactory& factor
   const int steps = absl::GetFlag(FLAGS_steps);
   DraftedTree tree;
   int64_t nodes = 0, emitted_total = 0;
-  Clock::duration total{};
+  Clock::duration total{}, forward{}, unused{};
+  int64_t calls = 0, rows = 0, unused_count = 0;
+  if (timed != nullptr) timed->Take(&unused, &unused_count, &unused_count);  // the prompt
   for (int s = 0; s < steps; ++s) {
     const std::vector<int32_t> emitted = Emit(text, pos, tree.tokens, tree.parents);
     pos += static_cast<int64_t>(emitted.size());
@@ -118,8 +162,13 @@ absl::StatusOr<Result> InProcess(const std::string& name, DrafterFactory& factor
     total += Clock::now() - t0;
     nodes += static_cast<int64_t>(tree.tokens.size());
   }
-  return Result{name, Ms(total) / steps, static_cast<double>(nodes) / steps,
-                static_cast<double>(emitted_total) / steps};
+  if (timed != nullptr) timed->Take(&forward, &calls, &rows);
+  Result r{name, Ms(total) / steps, static_cast<double>(nodes) / steps,
+           static_cast<double>(emitted_total) / steps};
+  r.forward_ms_per_step = Ms(forward) / steps;
+  r.forwards_per_step = static_cast<double>(calls) / steps;
+  r.rows_per_step = static_cast<double>(rows) / steps;
+  return r;
 }
 
 // Commit -> DraftTree round trips over a real gRPC stream.
@@ -183,8 +232,13 @@ absl::Status Run() {
   std::vector<Result> results;
   auto add = [&](absl::StatusOr<Result> r) -> absl::Status {
     if (!r.ok()) return r.status();
-    std::printf("%-32s %8.3f ms/step  %5.1f nodes/tree  %5.2f tokens/step\n", r->name.c_str(),
+    std::printf("%-32s %8.3f ms/step  %5.1f nodes/tree  %5.2f tokens/step", r->name.c_str(),
                 r->ms_per_step, r->nodes_per_tree, r->tokens_per_step);
+    if (r->forwards_per_step > 0) {
+      std::printf("  (model Forward %.3f ms in %.1f calls, %.1f rows)", r->forward_ms_per_step,
+                  r->forwards_per_step, r->rows_per_step);
+    }
+    std::printf("\n");
     std::fflush(stdout);
     results.push_back(*std::move(r));
     return absl::OkStatus();
@@ -206,11 +260,13 @@ absl::Status Run() {
                              Shape{"draft_model tree (exact)", DraftShape::kTree, 0},
                              Shape{"draft_model tree (expand<=4)", DraftShape::kTree, 4}}) {
     ASSIGN_OR_RETURN(std::unique_ptr<CausalLm> lm, LoadModel(dir));
+    auto timed = std::make_unique<TimedLm>(std::move(lm));
+    TimedLm* const timer = timed.get();
     DraftModelOptions options;
     options.shape = shape.shape;
     options.max_expand_per_depth = shape.max_expand;
-    DraftModelDrafterFactory factory(std::move(lm), options);
-    RETURN_IF_ERROR(add(InProcess(shape.name, factory, vocab)));
+    DraftModelDrafterFactory factory(std::move(timed), options);
+    RETURN_IF_ERROR(add(InProcess(shape.name, factory, vocab, timer)));
   }
 
   // The same through the service on loopback.
@@ -243,9 +299,11 @@ absl::Status Run() {
     for (size_t i = 0; i < results.size(); ++i) {
       out << absl::StrFormat(
           "%s{\"name\": \"%s\", \"ms_per_step\": %.4f, \"nodes_per_tree\": %.2f, "
-          "\"tokens_per_step\": %.3f}",
+          "\"tokens_per_step\": %.3f, \"forward_ms_per_step\": %.4f, "
+          "\"forwards_per_step\": %.2f, \"rows_per_step\": %.2f}",
           i ? ", " : "", results[i].name, results[i].ms_per_step, results[i].nodes_per_tree,
-          results[i].tokens_per_step);
+          results[i].tokens_per_step, results[i].forward_ms_per_step,
+          results[i].forwards_per_step, results[i].rows_per_step);
     }
     out << "]}\n";
   }
