@@ -307,6 +307,40 @@ TEST(CudaCausalLmTest, TensorParallelTwoGpus) {
   CheckModel("uneven qwen2-style tp=2, NCCL all-reduces", uneven, Random(uneven, 8), 2048, 2,
              /*peer=*/false);
   CheckDeviceVerifyStep(2);
+
+  // TP=2 against TP=1 directly, same weights and batches: the uneven model's prefill of 200
+  // tokens and a 33-node tree after it.
+  LmOptions options;
+  options.max_batch = 4;
+  std::unique_ptr<CausalLm> lm[2];
+  for (int tp : {1, 2}) {
+    options.tensor_parallel = tp;
+    auto made = CreateCudaCausalLm(uneven, testing::RandomWeights(uneven, 8), options);
+    ASSERT_TRUE(made.ok()) << made.status();
+    lm[tp - 1] = *std::move(made);
+  }
+  std::mt19937 rng(4);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 200; ++i) prompt.push_back(static_cast<int32_t>(rng() % uneven.vocab_size));
+  const SeqTree tree = RandomTree(0, 200, 33, uneven.vocab_size, rng);
+  Comparison c;
+  std::vector<float> got[2];
+  const SeqId seq[2] = {lm[0]->CreateSequence(), lm[1]->CreateSequence()};
+  for (int step = 0; step < 2; ++step) {
+    for (int t = 0; t < 2; ++t) {
+      SeqTree batch = step == 0 ? Chain(seq[t], 0, prompt) : tree;
+      batch.seq = seq[t];
+      auto logits = lm[t]->Forward({batch});
+      ASSERT_TRUE(logits.ok()) << logits.status();
+      got[t] = std::move(*logits);
+    }
+    Compare(got[0], got[1], uneven.vocab_size, 0.08, c);
+  }
+  std::cerr << "tp=2 vs tp=1: " << c.rows << " rows, worst " << c.worst_rel
+            << " of the row scale, argmax differs in " << c.argmax_differs << " (near-ties "
+            << c.near_ties << ")\n";
+  EXPECT_LE(c.worst_rel, 0.04);
+  EXPECT_LE(c.near_ties, c.rows / 20) << "too many near-ties to be ties";
 }
 
 // CUDA graphs: the first forward of a row bucket runs eagerly and captures the bucket's graph;
