@@ -47,6 +47,7 @@ ABSL_FLAG(int, kv_heads, 8, "kv heads");
 ABSL_FLAG(int, head_dim, 128, "head dim");
 ABSL_FLAG(int, reps, 20, "timed launches per point");
 ABSL_FLAG(int, min_split_tiles, 1, "TreeAttentionOptions::min_split_tiles");
+ABSL_FLAG(int, ctas_per_sm, 0, "TreeAttentionOptions::target_ctas_per_sm (0: all resident)");
 ABSL_FLAG(std::string, json, "", "also write the results here");
 
 namespace treespec::gpu {
@@ -101,6 +102,7 @@ absl::StatusOr<nlohmann::json> RunCase(const Case& c, const GpuCeilings& ceiling
   options.limits = {c.batch, pool_pages, c.batch * c.nodes * ((c.nodes + 63) / 64), 1 << 16,
                     1 << 16};
   options.min_split_tiles = absl::GetFlag(FLAGS_min_split_tiles);
+  options.target_ctas_per_sm = absl::GetFlag(FLAGS_ctas_per_sm);
   ASSIGN_OR_RETURN(std::unique_ptr<TreeAttention> attention, TreeAttention::Create(options));
   RETURN_IF_ERROR(attention->Prepare(seqs, stream));
 
@@ -179,7 +181,9 @@ absl::Status Main() {
       }
     }
   }
-  WriteBenchJson(absl::GetFlag(FLAGS_json), ceilings, results);
+  WriteBenchJson(absl::GetFlag(FLAGS_json), ceilings, results,
+                 {{"min_split_tiles", absl::GetFlag(FLAGS_min_split_tiles)},
+                  {"ctas_per_sm", absl::GetFlag(FLAGS_ctas_per_sm)}});
   return absl::OkStatus();
 }
 

@@ -66,7 +66,10 @@ absl::StatusOr<std::unique_ptr<TreeAttention>> TreeAttention::Create(
   CUDA_RETURN_IF_ERROR(d == 32   ? ConfigureKernel<32>(&ctas_per_sm)
                        : d == 64 ? ConfigureKernel<64>(&ctas_per_sm)
                                  : ConfigureKernel<128>(&ctas_per_sm));
-  attention->target_ctas_ = sms * std::max(1, ctas_per_sm);
+  const int resident = std::max(1, ctas_per_sm);
+  attention->target_ctas_ =
+      sms * (options.target_ctas_per_sm > 0 ? std::min(options.target_ctas_per_sm, resident)
+                                            : resident);
 
   // [num_items][seqs][items][page table][masks], each region 16-byte aligned.
   attention->seqs_offset_ = 16;

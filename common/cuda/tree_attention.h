@@ -32,6 +32,12 @@ struct TreeAttentionOptions {
   float scale = 0.0f;  // softmax scale (1/sqrt(head_dim) for Llama)
   AttnPlanLimits limits;
   int min_split_tiles = 1;  // see PlanTreeAttention
+  // How many CTAs per SM the planner aims for (PlanTreeAttention's target_ctas = SMs × this);
+  // 0 or more than fit: as many as are resident (2 at head dim 128). Measured on the H200
+  // (docs/performance.md): 1 is faster for small trees at batch 1 up to 32k (fewer partial
+  // results for the single-CTA merge), slower at batch 8, at 128k and for 64+ nodes, so the
+  // default stays at the resident count.
+  int target_ctas_per_sm = 0;
 };
 
 class TreeAttention {
