@@ -106,6 +106,18 @@ class CudaCausalLm final : public CausalLm {
                         const std::function<absl::Status(ModelShard&)>& after);
   // Returns when no shard still reads staging_.
   absl::Status WaitStaged();
+  // The verify step's device inputs (StepLayout), packed into step_staging_ for rows in `order`
+  // (the first num_trees entries are trees); `bytes` of it are used, `greedy` marks the rows
+  // chosen greedily.
+  struct PackedStep {
+    StepLayout layout;
+    size_t bytes = 0;
+    std::vector<char> greedy;
+  };
+  PackedStep PackStep(absl::Span<const SeqTree> batch, absl::Span<const StepSpec> specs,
+                      absl::Span<const int> order, int num_trees,
+                      const std::vector<std::vector<int32_t>>& depths, int64_t total_rows,
+                      int64_t step_pages);
 
   // VerifyStep: rows of one step (else the host path), batch entries, accepted path entries
   // (kv_commit's limit).
@@ -251,60 +263,11 @@ absl::StatusOr<std::vector<StepResult>> CudaCausalLm::VerifyStep(absl::Span<cons
 
   // Pack the step's inputs: one copy per rank. Rows follow `order`.
   RETURN_IF_ERROR(WaitStaged());  // no rank still reads step_staging_
-  size_t used = 0;
-  auto region = [&](size_t bytes) {
-    const size_t at = used;
-    used += (bytes + 15) / 16 * 16;
-    return at;
-  };
-  StepLayout layout;
-  layout.params = region(sizeof(RowSampling) * total_rows);
-  layout.tokens = region(sizeof(int32_t) * total_rows);
-  layout.parents = region(sizeof(int32_t) * total_rows);
-  layout.node_offsets = region(sizeof(int32_t) * (num_trees + 1));
-  layout.committed = region(sizeof(int32_t) * num_trees);
-  layout.page_offsets = region(sizeof(int32_t) * (num_trees + 1));
-  layout.page_table = region(sizeof(int32_t) * step_pages);
+  const PackedStep packed = PackStep(batch, specs, order, num_trees, depths, total_rows, step_pages);
+  const StepLayout& layout = packed.layout;
+  const std::vector<char>& greedy = packed.greedy;
   unsigned char* const host = step_staging_.data();
-  auto* params = reinterpret_cast<RowSampling*>(host + layout.params);
-  auto* walk_tokens = reinterpret_cast<int32_t*>(host + layout.tokens);
-  auto* walk_parents = reinterpret_cast<int32_t*>(host + layout.parents);
-  auto* node_offsets = reinterpret_cast<int32_t*>(host + layout.node_offsets);
-  auto* committed = reinterpret_cast<int32_t*>(host + layout.committed);
-  auto* page_offsets = reinterpret_cast<int32_t*>(host + layout.page_offsets);
-  auto* page_table = reinterpret_cast<int32_t*>(host + layout.page_table);
-  std::vector<char> greedy(total_rows);
-  int row = 0;
-  node_offsets[0] = 0;
-  page_offsets[0] = 0;
-  for (int i = 0; i < static_cast<int>(order.size()); ++i) {
-    const SeqTree& t = batch[order[i]];
-    const StepSpec& spec = specs[order[i]];
-    const int n = static_cast<int>(t.tokens.size());
-    const std::vector<int32_t>& depth = depths[order[i]];
-    for (int node = 0; node < n; ++node, ++row) {
-      RowSampling& r = params[row];
-      r = RowSampling();
-      r.temperature = spec.sampling.temperature;
-      r.top_p = spec.sampling.top_p;
-      r.top_k = spec.sampling.top_k;
-      r.seed = spec.sampling.seed;
-      r.position = spec.prefill ? t.committed_len + node + 1 : t.committed_len + depth[node] + 1;
-      greedy[row] = !(r.temperature > 0.0f);
-      if (i < num_trees) {
-        walk_tokens[row] = t.tokens[node];
-        walk_parents[row] = t.parents[node];
-      }
-    }
-    if (i < num_trees) {
-      node_offsets[i + 1] = row;
-      committed[i] = t.committed_len;
-      const std::vector<int> pages = cache_.Pages(t.seq);
-      std::copy(pages.begin(), pages.end(), page_table + page_offsets[i]);
-      page_offsets[i + 1] = page_offsets[i] + static_cast<int>(pages.size());
-    }
-  }
-  const size_t step_bytes = layout.page_table + sizeof(int32_t) * page_offsets[num_trees];
+  const size_t step_bytes = packed.bytes;
 
   // The step's inputs, the forward, then the choice at every row of each chunk.
   RETURN_IF_ERROR(OnRanks([&](ModelShard& shard) -> absl::Status {
@@ -349,7 +312,7 @@ absl::StatusOr<std::vector<StepResult>> CudaCausalLm::VerifyStep(absl::Span<cons
   const int32_t* h_len = h_path + static_cast<size_t>(num_trees) * max_path;
   const int32_t* h_emitted = h_len + num_trees;
   const int32_t* h_choice = step_out_host_.data() + out_ints;
-  row = 0;
+  int row = 0;
   for (int i = 0; i < static_cast<int>(order.size()); ++i) {
     const SeqTree& t = batch[order[i]];
     const int n = static_cast<int>(t.tokens.size());
@@ -369,6 +332,69 @@ absl::StatusOr<std::vector<StepResult>> CudaCausalLm::VerifyStep(absl::Span<cons
     cache_.Truncate(t.seq, t.committed_len + static_cast<int>(r.path.size()));
   }
   return results;
+}
+
+CudaCausalLm::PackedStep CudaCausalLm::PackStep(absl::Span<const SeqTree> batch,
+                                                absl::Span<const StepSpec> specs,
+                                                absl::Span<const int> order, int num_trees,
+                                                const std::vector<std::vector<int32_t>>& depths,
+                                                int64_t total_rows, int64_t step_pages) {
+  PackedStep packed;
+  size_t used = 0;
+  auto region = [&](size_t bytes) {
+    const size_t at = used;
+    used += (bytes + 15) / 16 * 16;
+    return at;
+  };
+  StepLayout& layout = packed.layout;
+  layout.params = region(sizeof(RowSampling) * total_rows);
+  layout.tokens = region(sizeof(int32_t) * total_rows);
+  layout.parents = region(sizeof(int32_t) * total_rows);
+  layout.node_offsets = region(sizeof(int32_t) * (num_trees + 1));
+  layout.committed = region(sizeof(int32_t) * num_trees);
+  layout.page_offsets = region(sizeof(int32_t) * (num_trees + 1));
+  layout.page_table = region(sizeof(int32_t) * step_pages);
+  unsigned char* const host = step_staging_.data();
+  auto* params = reinterpret_cast<RowSampling*>(host + layout.params);
+  auto* walk_tokens = reinterpret_cast<int32_t*>(host + layout.tokens);
+  auto* walk_parents = reinterpret_cast<int32_t*>(host + layout.parents);
+  auto* node_offsets = reinterpret_cast<int32_t*>(host + layout.node_offsets);
+  auto* committed = reinterpret_cast<int32_t*>(host + layout.committed);
+  auto* page_offsets = reinterpret_cast<int32_t*>(host + layout.page_offsets);
+  auto* page_table = reinterpret_cast<int32_t*>(host + layout.page_table);
+  packed.greedy.resize(total_rows);
+  int row = 0;
+  node_offsets[0] = 0;
+  page_offsets[0] = 0;
+  for (int i = 0; i < static_cast<int>(order.size()); ++i) {
+    const SeqTree& t = batch[order[i]];
+    const StepSpec& spec = specs[order[i]];
+    const int n = static_cast<int>(t.tokens.size());
+    const std::vector<int32_t>& depth = depths[order[i]];
+    for (int node = 0; node < n; ++node, ++row) {
+      RowSampling& r = params[row];
+      r = RowSampling();
+      r.temperature = spec.sampling.temperature;
+      r.top_p = spec.sampling.top_p;
+      r.top_k = spec.sampling.top_k;
+      r.seed = spec.sampling.seed;
+      r.position = spec.prefill ? t.committed_len + node + 1 : t.committed_len + depth[node] + 1;
+      packed.greedy[row] = !(r.temperature > 0.0f);
+      if (i < num_trees) {
+        walk_tokens[row] = t.tokens[node];
+        walk_parents[row] = t.parents[node];
+      }
+    }
+    if (i < num_trees) {
+      node_offsets[i + 1] = row;
+      committed[i] = t.committed_len;
+      const std::vector<int> pages = cache_.Pages(t.seq);
+      std::copy(pages.begin(), pages.end(), page_table + page_offsets[i]);
+      page_offsets[i + 1] = page_offsets[i] + static_cast<int>(pages.size());
+    }
+  }
+  packed.bytes = layout.page_table + sizeof(int32_t) * page_offsets[num_trees];
+  return packed;
 }
 
 absl::StatusOr<std::vector<std::vector<int32_t>>> CudaCausalLm::PrepareBatch(
