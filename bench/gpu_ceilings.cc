@@ -18,6 +18,7 @@
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_check.h"
 #include "common/cuda/device_buffer.h"
 #include "common/cuda/gemm.h"
@@ -135,32 +136,34 @@ absl::StatusOr<double> MeasureAllReduceSeconds(int tp, size_t elements, int reps
   std::vector<absl::Status> status(tp);
   double seconds = 0;
   RankThreads threads(tp);
+  // Rank r's timed loop on `stream` (its device current).
+  auto time_rank = [&](int r, cudaStream_t stream) -> absl::Status {
+    EventPair events;
+    RETURN_IF_ERROR(events.Create());
+    ASSIGN_OR_RETURN(DeviceBuffer<__nv_bfloat16> data,
+                     DeviceBuffer<__nv_bfloat16>::Create(std::max<size_t>(elements, 1)));
+    RETURN_IF_ERROR(data.FillBytes(0, stream));
+    for (int i = 0; i < reps + 20; ++i) {
+      if (i == 20) CUDA_RETURN_IF_ERROR(cudaEventRecord(events.start(), stream));
+      RETURN_IF_ERROR(comms[r]->AllReduceSum(data.data(), elements, CommType::kBFloat16, stream));
+    }
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(events.stop(), stream));
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    float ms = 0;
+    CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, events.start(), events.stop()));
+    if (r == 0) seconds = ms * 1e-3 / reps;
+    return absl::OkStatus();
+  };
   threads.Run([&](int r) {
-    status[r] = [&]() -> absl::Status {
-      CUDA_RETURN_IF_ERROR(cudaSetDevice(devices[r]));
-      cudaStream_t stream = nullptr;
-      cudaEvent_t begin = nullptr, end = nullptr;
-      CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-      CUDA_RETURN_IF_ERROR(cudaEventCreate(&begin));
-      CUDA_RETURN_IF_ERROR(cudaEventCreate(&end));
-      ASSIGN_OR_RETURN(DeviceBuffer<__nv_bfloat16> data,
-                       DeviceBuffer<__nv_bfloat16>::Create(std::max<size_t>(elements, 1)));
-      RETURN_IF_ERROR(data.FillBytes(0, stream));
-      for (int i = 0; i < reps + 20; ++i) {
-        if (i == 20) CUDA_RETURN_IF_ERROR(cudaEventRecord(begin, stream));
-        RETURN_IF_ERROR(
-            comms[r]->AllReduceSum(data.data(), elements, CommType::kBFloat16, stream));
-      }
-      CUDA_RETURN_IF_ERROR(cudaEventRecord(end, stream));
-      CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-      float ms = 0;
-      CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, begin, end));
-      if (r == 0) seconds = ms * 1e-3 / reps;
-      cudaEventDestroy(begin);
-      cudaEventDestroy(end);
-      cudaStreamDestroy(stream);
-      return absl::OkStatus();
-    }();
+    cudaStream_t stream = nullptr;
+    cudaError_t e = cudaSetDevice(devices[r]);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+      status[r] = absl::InternalError(absl::StrCat("all-reduce timing: ", cudaGetErrorString(e)));
+      return;
+    }
+    status[r] = time_rank(r, stream);
+    cudaStreamDestroy(stream);
   });
   for (const absl::Status& s : status) RETURN_IF_ERROR(s);
   return seconds;

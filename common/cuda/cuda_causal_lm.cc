@@ -3,7 +3,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <cstring>
 #include <functional>
 #include <memory>
 #include <numeric>
@@ -18,6 +17,7 @@
 #include "common/cuda/model_shard.h"
 #include "common/cuda/nccl_communicator.h"
 #include "common/cuda/peer_all_reduce.h"
+#include "common/cuda/pinned_buffer.h"
 #include "common/cuda/weight_source.h"
 #include "common/model/forward_batch.h"
 #include "common/model/kv_cache.h"
@@ -35,35 +35,11 @@ struct Piece {
   int entry, begin, end;
 };
 
-// Pinned host memory, freed on destruction.
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  ~PinnedBuffer() {
-    if (data_ != nullptr) cudaFreeHost(data_);
-  }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  absl::Status Allocate(size_t bytes) {
-    CUDA_RETURN_IF_ERROR(cudaMallocHost(&data_, bytes));
-    bytes_ = bytes;
-    return absl::OkStatus();
-  }
-  unsigned char* data() const { return static_cast<unsigned char*>(data_); }
-  int32_t* ints() const { return static_cast<int32_t*>(data_); }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-};
-
 class CudaCausalLm final : public CausalLm {
  public:
   CudaCausalLm(const ModelConfig& config, const LmOptions& options, std::vector<int> devices,
                int num_pages)
       : config_(config),
-        options_(options),
         devices_(std::move(devices)),
         cache_(num_pages, options.kv_page_size) {}
 
@@ -104,7 +80,7 @@ class CudaCausalLm final : public CausalLm {
   absl::Status RunChunk(absl::Span<const SeqTree> batch, absl::Span<const Piece> pieces,
                         const std::vector<std::vector<int32_t>>& depths,
                         const std::function<absl::Status(ModelShard&)>& after);
-  // Returns when no shard still reads staging_.
+  // Returns when no shard still reads staging_ or step_staging_.
   absl::Status WaitStaged();
   // The verify step's device inputs (StepLayout), packed into step_staging_ for rows in `order`
   // (the first num_trees entries are trees); `bytes` of it are used, `greedy` marks the rows
@@ -126,7 +102,6 @@ class CudaCausalLm final : public CausalLm {
   static constexpr int kMaxPath = 1024;
 
   const ModelConfig config_;
-  const LmOptions options_;
   const std::vector<int> devices_;  // [tp] CUDA ordinal of each rank
   int max_rows_ = 0;
   PagedKvCache cache_;  // the page table, shared by every rank's KV pool
@@ -134,8 +109,9 @@ class CudaCausalLm final : public CausalLm {
   std::vector<std::unique_ptr<ModelShard>> shards_;
   std::unique_ptr<RankThreads> threads_;
 
-  PinnedBuffer staging_;       // per-chunk row metadata, then Commit's meta
-  PinnedBuffer step_staging_;  // the verify step's inputs (StepLayout)
+  std::vector<int32_t> chunk_meta_;  // a chunk's tokens, positions, slots (shards copy them)
+  PinnedBuffer staging_;             // Commit's meta
+  PinnedBuffer step_staging_;        // the verify step's inputs (StepLayout)
   std::vector<int32_t> step_out_host_;
   cudaEvent_t step_begin_ = nullptr, step_end_ = nullptr;  // rank 0's span of the last step
   double last_step_device_ms_ = 0;
@@ -178,8 +154,7 @@ absl::Status CudaCausalLm::Init(const CudaLmOptions& cuda,
     shards_.push_back(std::move(*shard));
   }
   threads_ = std::make_unique<RankThreads>(tp);
-  RETURN_IF_ERROR(staging_.Allocate(
-      sizeof(int32_t) * std::max<size_t>(3 * max_rows_, 4 + kMaxPath + cache_.num_pages())));
+  RETURN_IF_ERROR(staging_.Allocate(sizeof(int32_t) * (4 + kMaxPath + cache_.num_pages())));
   RETURN_IF_ERROR(step_staging_.Allocate(o.step_bytes));
   CUDA_RETURN_IF_ERROR(cudaSetDevice(devices_[0]));
   CUDA_RETURN_IF_ERROR(cudaEventCreate(&step_begin_));
@@ -440,10 +415,10 @@ absl::Status CudaCausalLm::RunChunk(absl::Span<const SeqTree> batch, absl::Span<
                                     const std::vector<std::vector<int32_t>>& depths,
                                     const std::function<absl::Status(ModelShard&)>& after) {
   const int ps = cache_.page_size();
-  RETURN_IF_ERROR(WaitStaged());  // no rank still reads staging_
   int rows = 0;
   for (const Piece& p : pieces) rows += p.end - p.begin;
-  int32_t* const tokens = staging_.ints();
+  chunk_meta_.resize(3 * static_cast<size_t>(rows));
+  int32_t* const tokens = chunk_meta_.data();
   int32_t* const positions = tokens + rows;
   int32_t* const slots = tokens + 2 * rows;
   std::vector<std::vector<int32_t>> pages(pieces.size());

@@ -265,6 +265,17 @@ struct PoolShape {
     return offset + (2 * static_cast<size_t>(layer) + kv) * LayerElements() +
            ((static_cast<size_t>(page) * num_kv_heads + head) * kPageSize + in_page) * head_dim;
   }
+  // Layer 0 of a pool of this shape at `pool` (the next layers 2 * LayerElements() apart).
+  KvLayerView Layer0(bf16* pool) const {
+    KvLayerView layer;
+    layer.k = pool + At(0, 0, 0, 0, 0);
+    layer.v = pool + At(0, 1, 0, 0, 0);
+    layer.num_pages = num_pages;
+    layer.page_size = kPageSize;
+    layer.num_kv_heads = num_kv_heads;
+    layer.head_dim = head_dim;
+    return layer;
+  }
 };
 
 // One sequence of the batch: committed length, page table (reserved slots) and path.
@@ -473,13 +484,7 @@ TEST_F(KvOpsTest, KvCommitMatchesHostCopies) {
     ASSERT_OK_AND_ASSIGN(auto d_path_len, Upload(a.path_len));
     ASSERT_OK_AND_ASSIGN(auto d_table, Upload(a.page_table));
     ASSERT_OK_AND_ASSIGN(auto d_offsets, Upload(a.page_offsets));
-    KvLayerView layer0;
-    layer0.k = d_pool.data() + shape.At(0, 0, 0, 0, 0);
-    layer0.v = d_pool.data() + shape.At(0, 1, 0, 0, 0);
-    layer0.num_pages = num_pages;
-    layer0.page_size = kPageSize;
-    layer0.num_kv_heads = c.num_kv_heads;
-    layer0.head_dim = c.head_dim;
+    const KvLayerView layer0 = shape.Layer0(d_pool.data());
     DevicePageTables tables{d_table.data(), d_offsets.data()};
     ASSERT_CUDA(LaunchKvCommit(layer0, c.num_layers, 2 * shape.LayerElements(), d_len.data(),
                                d_path.data(), kMaxPath, d_path_len.data(),
@@ -508,13 +513,7 @@ TEST_F(KvOpsTest, KvCommitReplaysInGraph) {
   ASSERT_OK_AND_ASSIGN(auto d_path_len, Upload(a.path_len));
   ASSERT_OK_AND_ASSIGN(auto d_table, Upload(a.page_table));
   ASSERT_OK_AND_ASSIGN(auto d_offsets, Upload(a.page_offsets));
-  KvLayerView layer0;
-  layer0.k = d_pool.data() + shape.At(0, 0, 0, 0, 0);
-  layer0.v = d_pool.data() + shape.At(0, 1, 0, 0, 0);
-  layer0.num_pages = num_pages;
-  layer0.page_size = kPageSize;
-  layer0.num_kv_heads = shape.num_kv_heads;
-  layer0.head_dim = shape.head_dim;
+  const KvLayerView layer0 = shape.Layer0(d_pool.data());
 
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;

@@ -48,7 +48,6 @@ ModelShard::~ModelShard() {
   for (Graph& g : graphs_) {
     if (g.exec != nullptr) cudaGraphExecDestroy(g.exec);
   }
-  if (meta_staging_ != nullptr) cudaFreeHost(meta_staging_);
 }
 
 absl::Status ModelShard::SetOpTiming(bool on) {
@@ -188,7 +187,7 @@ absl::Status ModelShard::Init(const TensorSource& source) {
     ASSIGN_OR_RETURN(all_idx_, DeviceBuffer<int32_t>::Create(r * tp));
   }
   ASSIGN_OR_RETURN(rows_meta_, DeviceBuffer<int32_t>::Create(3 * r));
-  CUDA_RETURN_IF_ERROR(cudaMallocHost(&meta_staging_, 3 * r * sizeof(int32_t)));
+  RETURN_IF_ERROR(meta_staging_.Allocate(3 * r * sizeof(int32_t)));
   int buckets = 1;
   while ((1 << (buckets - 1)) < rows) ++buckets;
   graphs_.resize(buckets);
@@ -249,7 +248,7 @@ absl::Status ModelShard::Forward(const int32_t* meta, int rows,
   }
   // Padded rows: token 0 at position 0, K/V into the scratch page's first slot.
   RETURN_IF_ERROR(WaitStaged());  // the last upload has left meta_staging_
-  int32_t* m = meta_staging_;
+  int32_t* m = meta_staging_.ints();
   const int32_t scratch_slot = options_.num_pages * options_.page_size;
   for (int part = 0; part < 3; ++part) {
     std::copy(meta + part * rows, meta + (part + 1) * rows, m + part * padded);

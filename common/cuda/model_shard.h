@@ -31,6 +31,7 @@
 #include "common/cuda/gemm.h"
 #include "common/cuda/paged_kv.h"
 #include "common/cuda/peer_all_reduce.h"
+#include "common/cuda/pinned_buffer.h"
 #include "common/cuda/tree_attention.h"
 #include "common/cuda/weight_source.h"
 #include "common/model/communicator.h"
@@ -104,11 +105,12 @@ class ModelShard {
 
   // Makes this shard's device current on the calling thread.
   absl::Status Bind() const;
-  // The forward of `rows` rows: `meta` = tokens, positions, KV slots ([3, rows] int32, pinned
-  // host memory, read by a copy on the stream until WaitStaged returns) and the attention
-  // batch `descs`. Leaves the rank's logits slice [rows, vocab slice] on the device.
+  // The forward of `rows` rows: `meta` = tokens, positions, KV slots ([3, rows] int32, host
+  // memory, copied before this returns) and the attention batch `descs`. Leaves the rank's
+  // logits slice [rows, vocab slice] on the device.
   absl::Status Forward(const int32_t* meta, int rows, absl::Span<const AttnSeqDesc> descs);
-  // Returns when the last copy out of pinned host memory (Forward, UploadStep, Commit) is done.
+  // Returns when the last copy out of pinned host memory (Forward's own staging, UploadStep's
+  // and CommitPath's sources) is done.
   absl::Status WaitStaged() const;
 
   // Full logits [rows, vocab] of the last Forward (tp > 1: all-gathered to every rank).
@@ -200,7 +202,7 @@ class ModelShard {
     int attention_capacity = 0;
   };
   std::vector<Graph> graphs_;
-  int32_t* meta_staging_ = nullptr;  // pinned [3, max_rows]: rows_meta_'s padded host twin
+  PinnedBuffer meta_staging_;  // [3, max_rows] int32: rows_meta_'s padded host twin
 
   // Op timing: events_[i] ends ops_[i] (timing_ on).
   bool timing_ = false;

@@ -81,8 +81,7 @@ absl::StatusOr<std::unique_ptr<TreeAttention>> TreeAttention::Create(
   auto meta = DeviceBuffer<unsigned char>::Create(meta_bytes);
   if (!meta.ok()) return meta.status();
   attention->meta_ = std::move(meta).value();
-  CUDA_RETURN_IF_ERROR(cudaMallocHost(&attention->staging_, meta_bytes));
-  std::memset(attention->staging_, 0, meta_bytes);
+  if (absl::Status s = attention->staging_.Allocate(meta_bytes); !s.ok()) return s;
   CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&attention->staged_, cudaEventDisableTiming));
 
   const size_t partials = std::max(1, lim.max_partials);
@@ -106,7 +105,6 @@ TreeAttention::~TreeAttention() {
     cudaEventSynchronize(staged_);
     cudaEventDestroy(staged_);
   }
-  if (staging_ != nullptr) cudaFreeHost(staging_);
 }
 
 absl::Status TreeAttention::Prepare(absl::Span<const AttnSeqDesc> seqs, cudaStream_t stream) {
@@ -117,25 +115,26 @@ absl::Status TreeAttention::Prepare(absl::Span<const AttnSeqDesc> seqs, cudaStre
 
   CUDA_RETURN_IF_ERROR(cudaEventSynchronize(staged_));  // the previous upload is done with staging_
   const int32_t num_items = static_cast<int32_t>(plan_.items.size());
-  std::memcpy(staging_, &num_items, sizeof(num_items));
-  std::memcpy(staging_ + seqs_offset_, plan_.seqs.data(), sizeof(AttnSeqInfo) * plan_.seqs.size());
-  std::memcpy(staging_ + items_offset_, plan_.items.data(),
+  unsigned char* const staging = staging_.data();
+  std::memcpy(staging, &num_items, sizeof(num_items));
+  std::memcpy(staging + seqs_offset_, plan_.seqs.data(), sizeof(AttnSeqInfo) * plan_.seqs.size());
+  std::memcpy(staging + items_offset_, plan_.items.data(),
               sizeof(AttnWorkItem) * plan_.items.size());
-  std::memcpy(staging_ + pages_offset_, plan_.page_table.data(),
+  std::memcpy(staging + pages_offset_, plan_.page_table.data(),
               sizeof(int32_t) * plan_.page_table.size());
-  std::memcpy(staging_ + masks_offset_, plan_.masks.data(), sizeof(uint64_t) * plan_.masks.size());
+  std::memcpy(staging + masks_offset_, plan_.masks.data(), sizeof(uint64_t) * plan_.masks.size());
 
   // Three copies: counts, sequences and items (one span), then the used page table and masks.
   const size_t head_bytes = items_offset_ + sizeof(AttnWorkItem) * plan_.items.size();
   CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(meta_.data(), staging_, head_bytes, cudaMemcpyHostToDevice, stream));
+      cudaMemcpyAsync(meta_.data(), staging, head_bytes, cudaMemcpyHostToDevice, stream));
   if (!plan_.page_table.empty()) {
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta_.data() + pages_offset_, staging_ + pages_offset_,
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta_.data() + pages_offset_, staging + pages_offset_,
                                          sizeof(int32_t) * plan_.page_table.size(),
                                          cudaMemcpyHostToDevice, stream));
   }
   if (!plan_.masks.empty()) {
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta_.data() + masks_offset_, staging_ + masks_offset_,
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta_.data() + masks_offset_, staging + masks_offset_,
                                          sizeof(uint64_t) * plan_.masks.size(),
                                          cudaMemcpyHostToDevice, stream));
   }

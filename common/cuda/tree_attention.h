@@ -20,6 +20,7 @@
 #include "absl/types/span.h"
 #include "common/cuda/device_buffer.h"
 #include "common/cuda/paged_kv.h"
+#include "common/cuda/pinned_buffer.h"
 #include "common/cuda/tree_attention_plan.h"
 
 namespace treespec::gpu {
@@ -74,8 +75,8 @@ class TreeAttention {
   // Device metadata at fixed offsets (so a captured graph's pointers stay valid).
   DeviceBuffer<unsigned char> meta_;
   size_t items_offset_ = 0, seqs_offset_ = 0, pages_offset_ = 0, masks_offset_ = 0;
-  unsigned char* staging_ = nullptr;  // pinned host twin of meta_
-  cudaEvent_t staged_ = nullptr;      // the last upload has read staging_
+  PinnedBuffer staging_;          // host twin of meta_
+  cudaEvent_t staged_ = nullptr;  // the last upload has read staging_
   DeviceBuffer<float> partial_out_;
   DeviceBuffer<float> partial_lse_;
   DeviceBuffer<int32_t> semaphores_;
