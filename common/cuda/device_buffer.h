@@ -58,10 +58,15 @@ class DeviceBuffer {
 
   // Blocking copies between `host` and the first host.size() elements of this buffer (ordered
   // after all prior work on the legacy default stream). host.size() must be <= size().
+  // CopyFromHost returns when the data is on the device: cudaMemcpy from pageable memory may
+  // return while its DMA is still running, and work on a non-blocking stream is not ordered
+  // after it (a weight upload followed by a copy on the loader's stream read half-written
+  // rows), so it also waits for the legacy stream.
   absl::Status CopyFromHost(absl::Span<const T> host) {
     if (absl::Status fits = Fits(host.size()); !fits.ok()) return fits;
     CUDA_RETURN_IF_ERROR(
         cudaMemcpy(data_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(cudaStreamLegacy));
     return absl::OkStatus();
   }
   absl::Status CopyToHost(absl::Span<T> host) const {
@@ -83,6 +88,15 @@ class DeviceBuffer {
     if (absl::Status fits = Fits(host.size()); !fits.ok()) return fits;
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host.data(), data_, host.size() * sizeof(T),
                                          cudaMemcpyDeviceToHost, stream));
+    return absl::OkStatus();
+  }
+
+  // Sets every byte to zero and returns when that is done, so that work on any stream, also a
+  // non-blocking one, sees zeros (counters and flags that kernels expect zeroed).
+  absl::Status ZeroNow() {
+    if (size_ == 0) return absl::OkStatus();
+    CUDA_RETURN_IF_ERROR(cudaMemset(data_, 0, bytes()));
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(cudaStreamLegacy));
     return absl::OkStatus();
   }
 

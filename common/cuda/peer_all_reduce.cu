@@ -1,5 +1,3 @@
-#include "common/cuda/peer_all_reduce.h"
-
 #include <algorithm>
 #include <utility>
 
@@ -8,6 +6,7 @@
 #include "common/cuda/kernels/common.cuh"
 #include "common/cuda/kernels/peer_all_reduce.cuh"
 #include "common/cuda/launch_util.h"
+#include "common/cuda/peer_all_reduce.h"
 #include "common/util/status_macros.h"
 
 namespace treespec::gpu {
@@ -46,10 +45,10 @@ absl::StatusOr<std::unique_ptr<PeerReduceGroup>> PeerReduceGroup::Create(
       ASSIGN_OR_RETURN(group->mailboxes_[r][parity],
                        DeviceBuffer<__nv_bfloat16>::Create(mailbox_elements));
     }
-    ASSIGN_OR_RETURN(DeviceBuffer<uint64_t> flags,
-                     DeviceBuffer<uint64_t>::Create(kernels::kPeerMaxBlocks *
-                                                    kernels::kPeerMaxRanks));
-    CUDA_RETURN_IF_ERROR(cudaMemset(flags.data(), 0, flags.bytes()));
+    ASSIGN_OR_RETURN(
+        DeviceBuffer<uint64_t> flags,
+        DeviceBuffer<uint64_t>::Create(kernels::kPeerMaxBlocks * kernels::kPeerMaxRanks));
+    RETURN_IF_ERROR(flags.ZeroNow());
     group->flags_.push_back(std::move(flags));
   }
   CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());

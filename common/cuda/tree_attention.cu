@@ -68,8 +68,8 @@ absl::StatusOr<std::unique_ptr<TreeAttention>> TreeAttention::Create(
                                  : ConfigureKernel<128>(&ctas_per_sm));
   const int resident = std::max(1, ctas_per_sm);
   attention->target_ctas_ =
-      sms * (options.target_ctas_per_sm > 0 ? std::min(options.target_ctas_per_sm, resident)
-                                            : resident);
+      sms *
+      (options.target_ctas_per_sm > 0 ? std::min(options.target_ctas_per_sm, resident) : resident);
 
   // [num_items][seqs][items][page table][masks], each region 16-byte aligned.
   attention->seqs_offset_ = 16;
@@ -94,9 +94,8 @@ absl::StatusOr<std::unique_ptr<TreeAttention>> TreeAttention::Create(
   auto semaphores = DeviceBuffer<int32_t>::Create(partials);
   if (!semaphores.ok()) return semaphores.status();
   attention->semaphores_ = std::move(semaphores).value();
-  CUDA_RETURN_IF_ERROR(
-      cudaMemset(attention->semaphores_.data(), 0, attention->semaphores_.bytes()));
-  CUDA_RETURN_IF_ERROR(cudaMemset(attention->meta_.data(), 0, meta_bytes));
+  if (absl::Status s = attention->semaphores_.ZeroNow(); !s.ok()) return s;
+  if (absl::Status s = attention->meta_.ZeroNow(); !s.ok()) return s;
   return attention;
 }
 
