@@ -58,30 +58,36 @@ class EventPair {
   cudaEvent_t stop_ = nullptr;
 };
 
-// The shortest of kTimedReps stream-timed runs of `enqueue` (which only enqueues work on
-// `stream`), in seconds, after kWarmups untimed ones. The best run, not the mean: a ceiling.
+// The shortest of kTimedReps stream-timed runs of `enqueue`, in seconds, after kWarmups
+// untimed ones. The best run, not the mean: a ceiling.
 absl::StatusOr<double> BestSeconds(cudaStream_t stream,
                                    const std::function<absl::Status()>& enqueue) {
-  for (int i = 0; i < kWarmups; ++i) RETURN_IF_ERROR(enqueue());
+  ASSIGN_OR_RETURN(const std::vector<double> seconds,
+                   TimeEnqueued(stream, kWarmups, kTimedReps, enqueue));
+  return *std::min_element(seconds.begin(), seconds.end());
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<double>> TimeEnqueued(cudaStream_t stream, int warmups, int reps,
+                                                 const std::function<absl::Status()>& enqueue) {
+  for (int i = 0; i < warmups; ++i) RETURN_IF_ERROR(enqueue());
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   EventPair events;
   RETURN_IF_ERROR(events.Create());
-  double best = std::numeric_limits<double>::infinity();
-  for (int i = 0; i < kTimedReps; ++i) {
+  std::vector<double> seconds;
+  for (int i = 0; i < reps; ++i) {
     CUDA_RETURN_IF_ERROR(cudaEventRecord(events.start(), stream));
     RETURN_IF_ERROR(enqueue());
     CUDA_RETURN_IF_ERROR(cudaEventRecord(events.stop(), stream));
     CUDA_RETURN_IF_ERROR(cudaEventSynchronize(events.stop()));
     float ms = 0;
     CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, events.start(), events.stop()));
-    best = std::min(best, ms * 1e-3);
+    seconds.push_back(ms * 1e-3);
   }
-  return best;
+  return seconds;
 }
 
-// `count` bf16 values uniform in [-1, 1]: a 1 Mi-element random block, tiled. Random rather
-// than constant data, as zeros or repeated values would let the tensor cores draw less power
-// (and so clock higher) than real weights do.
 absl::StatusOr<DeviceBuffer<__nv_bfloat16>> RandomBf16Buffer(size_t count, uint32_t seed) {
   ASSIGN_OR_RETURN(DeviceBuffer<__nv_bfloat16> buffer, DeviceBuffer<__nv_bfloat16>::Create(count));
   std::mt19937 rng(seed);
@@ -93,10 +99,10 @@ absl::StatusOr<DeviceBuffer<__nv_bfloat16>> RandomBf16Buffer(size_t count, uint3
     CUDA_RETURN_IF_ERROR(cudaMemcpy(buffer.data() + offset, block.data(), n * sizeof(__nv_bfloat16),
                                     cudaMemcpyHostToDevice));
   }
+  // Pageable copies may return before their DMA lands; callers use non-blocking streams.
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(cudaStreamLegacy));
   return buffer;
 }
-
-}  // namespace
 
 absl::StatusOr<double> MeasureCopyBandwidth(cudaStream_t stream) {
   ASSIGN_OR_RETURN(DeviceBuffer<unsigned char> src,

@@ -8,14 +8,27 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/cuda/device_buffer.h"
 #include "common/cuda/gemm.h"
 
 namespace treespec::gpu {
+
+// Seconds of each of `reps` runs of `enqueue` (which only enqueues work on `stream`), timed by
+// events on the stream, after `warmups` untimed runs; in run order.
+absl::StatusOr<std::vector<double>> TimeEnqueued(cudaStream_t stream, int warmups, int reps,
+                                                 const std::function<absl::Status()>& enqueue);
+
+// `count` bf16 values uniform in [-1, 1] on the current device: a 1 Mi-element random block,
+// tiled. Random rather than constant data, as zeros or repeated values would let the tensor
+// cores draw less power (and so clock higher) than real weights do.
+absl::StatusOr<DeviceBuffer<__nv_bfloat16>> RandomBf16Buffer(size_t count, uint32_t seed);
 
 // Bytes per second of a 1 GiB device-to-device cudaMemcpyAsync on `stream`, counting the bytes
 // read and the bytes written (2 GiB per copy): the best of several timed copies after a

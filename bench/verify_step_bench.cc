@@ -5,7 +5,7 @@
 //
 //   treespec-verify-step-bench [--contexts=1024,8192,32768] [--nodes=1,16,64] [--reps=20]
 //                              [--layers=32] [--tp=1,2] [--peer_all_reduce] [--cuda_graphs]
-//                              [--breakdown]
+//                              [--few_row_gemm] [--dependent_launch] [--breakdown]
 //                              [--json=out.json]
 //
 // Per context: one sequence is prefilled with random tokens (a real prefill through the same
@@ -55,6 +55,10 @@ ABSL_FLAG(std::vector<std::string>, tp, std::vector<std::string>({"1"}),
 ABSL_FLAG(bool, peer_all_reduce, true,
           "tp > 1: fused peer-access all-reduce + norm where the GPUs allow it (else NCCL)");
 ABSL_FLAG(bool, cuda_graphs, true, "tp == 1: replay each forward as a CUDA graph");
+ABSL_FLAG(bool, few_row_gemm, true,
+          "GEMMs of few rows (GemmOptions::skinny_max_rows) through the few-row kernel "
+          "(false: cuBLASLt for all)");
+ABSL_FLAG(bool, dependent_launch, true, "the few-row GEMM as a programmatic dependent launch");
 ABSL_FLAG(bool, breakdown, false,
           "also time every op of rank 0 (events after each op; separate steps, not the timed "
           "ones) and print GPU us per step by op");
@@ -203,6 +207,8 @@ absl::Status Main() {
     CudaLmOptions cuda;
     cuda.peer_all_reduce = absl::GetFlag(FLAGS_peer_all_reduce);
     cuda.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
+    if (!absl::GetFlag(FLAGS_few_row_gemm)) cuda.gemm.skinny_max_rows = 0;
+    cuda.gemm.dependent_launch = absl::GetFlag(FLAGS_dependent_launch);
     ASSIGN_OR_RETURN(std::unique_ptr<CausalLm> model,
                      CreateRandomCudaCausalLm(config, 1, lm, cuda));
     std::printf(
@@ -229,7 +235,9 @@ absl::Status Main() {
   WriteBenchJson(absl::GetFlag(FLAGS_json), ceilings, results,
                  {{"layers", config.num_layers},
                   {"peer_all_reduce", absl::GetFlag(FLAGS_peer_all_reduce)},
-                  {"cuda_graphs", absl::GetFlag(FLAGS_cuda_graphs)}});
+                  {"cuda_graphs", absl::GetFlag(FLAGS_cuda_graphs)},
+                  {"few_row_gemm", absl::GetFlag(FLAGS_few_row_gemm)},
+                  {"dependent_launch", absl::GetFlag(FLAGS_dependent_launch)}});
   return absl::OkStatus();
 }
 

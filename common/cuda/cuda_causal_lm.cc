@@ -39,9 +39,7 @@ class CudaCausalLm final : public CausalLm {
  public:
   CudaCausalLm(const ModelConfig& config, const LmOptions& options, std::vector<int> devices,
                int num_pages)
-      : config_(config),
-        devices_(std::move(devices)),
-        cache_(num_pages, options.kv_page_size) {}
+      : config_(config), devices_(std::move(devices)), cache_(num_pages, options.kv_page_size) {}
 
   ~CudaCausalLm() override {
     if (step_begin_ != nullptr) cudaEventDestroy(step_begin_);
@@ -55,7 +53,9 @@ class CudaCausalLm final : public CausalLm {
 
   const ModelConfig& config() const override { return config_; }
   int tensor_parallel() const override { return static_cast<int>(shards_.size()); }
-  std::string device() const override { return absl::StrCat("cuda:", absl::StrJoin(devices_, ",")); }
+  std::string device() const override {
+    return absl::StrCat("cuda:", absl::StrJoin(devices_, ","));
+  }
 
   SeqId CreateSequence() override { return cache_.CreateSequence(); }
   void FreeSequence(SeqId seq) override { cache_.Free(seq); }
@@ -104,7 +104,7 @@ class CudaCausalLm final : public CausalLm {
   const ModelConfig config_;
   const std::vector<int> devices_;  // [tp] CUDA ordinal of each rank
   int max_rows_ = 0;
-  PagedKvCache cache_;  // the page table, shared by every rank's KV pool
+  PagedKvCache cache_;                     // the page table, shared by every rank's KV pool
   std::unique_ptr<PeerReduceGroup> peer_;  // tp > 1 with peer access (outlives the shards)
   std::vector<std::unique_ptr<ModelShard>> shards_;
   std::unique_ptr<RankThreads> threads_;
@@ -141,6 +141,7 @@ absl::Status CudaCausalLm::Init(const CudaLmOptions& cuda,
                  8 * 16;
   o.step_out_ints = size_t{kStepSeqs} * (2 * kMaxPath + 1);
   o.cuda_graphs = cuda.cuda_graphs;
+  o.gemm = cuda.gemm;
   for (int r = 0; r < tp; ++r) {
     o.device = devices_[r];
     o.rank = r;
@@ -183,17 +184,17 @@ absl::StatusOr<std::vector<float>> CudaCausalLm::Forward(absl::Span<const SeqTre
   ASSIGN_OR_RETURN(const std::vector<std::vector<int32_t>> depths, PrepareBatch(batch));
   std::vector<int> order(batch.size());
   std::iota(order.begin(), order.end(), 0);
-  RETURN_IF_ERROR(RunChunks(batch, order, depths,
-                            [&](ModelShard& shard, int, int rows) -> absl::Status {
-    ASSIGN_OR_RETURN(const float* full, shard.FullLogits(rows));
-    if (&shard != shards_[0].get()) return absl::OkStatus();
-    logits.resize(logits.size() + rows * vocab);
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits.data() + logits.size() - rows * vocab, full,
-                                         rows * vocab * sizeof(float), cudaMemcpyDeviceToHost,
-                                         shard.stream()));
-    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(shard.stream()));  // the logits are reused
-    return absl::OkStatus();
-  }));
+  RETURN_IF_ERROR(
+      RunChunks(batch, order, depths, [&](ModelShard& shard, int, int rows) -> absl::Status {
+        ASSIGN_OR_RETURN(const float* full, shard.FullLogits(rows));
+        if (&shard != shards_[0].get()) return absl::OkStatus();
+        logits.resize(logits.size() + rows * vocab);
+        CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits.data() + logits.size() - rows * vocab, full,
+                                             rows * vocab * sizeof(float), cudaMemcpyDeviceToHost,
+                                             shard.stream()));
+        CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(shard.stream()));  // the logits are reused
+        return absl::OkStatus();
+      }));
   return logits;
 }
 
@@ -214,8 +215,9 @@ absl::StatusOr<std::vector<StepResult>> CudaCausalLm::VerifyStep(absl::Span<cons
   }
   int64_t step_pages = 0;  // page-table entries the commit will need, at most
   for (const SeqTree& s : batch) {
-    step_pages += (s.committed_len + static_cast<int64_t>(s.tokens.size()) + cache_.page_size() -
-                   1) / cache_.page_size();
+    step_pages +=
+        (s.committed_len + static_cast<int64_t>(s.tokens.size()) + cache_.page_size() - 1) /
+        cache_.page_size();
   }
   if (step_pages > cache_.num_pages()) return CausalLm::VerifyStep(batch, specs);
   // Nothing below reads a tree before it is validated here (depths of malformed parents
@@ -238,7 +240,8 @@ absl::StatusOr<std::vector<StepResult>> CudaCausalLm::VerifyStep(absl::Span<cons
 
   // Pack the step's inputs: one copy per rank. Rows follow `order`.
   RETURN_IF_ERROR(WaitStaged());  // no rank still reads step_staging_
-  const PackedStep packed = PackStep(batch, specs, order, num_trees, depths, total_rows, step_pages);
+  const PackedStep packed =
+      PackStep(batch, specs, order, num_trees, depths, total_rows, step_pages);
   const StepLayout& layout = packed.layout;
   const std::vector<char>& greedy = packed.greedy;
   unsigned char* const host = step_staging_.data();
@@ -251,8 +254,8 @@ absl::StatusOr<std::vector<StepResult>> CudaCausalLm::VerifyStep(absl::Span<cons
     }
     return shard.UploadStep(host, step_bytes);
   }));
-  RETURN_IF_ERROR(RunChunks(
-      batch, order, depths, [&](ModelShard& shard, int row0, int rows) -> absl::Status {
+  RETURN_IF_ERROR(
+      RunChunks(batch, order, depths, [&](ModelShard& shard, int row0, int rows) -> absl::Status {
         const bool all_greedy = std::all_of(greedy.begin() + row0, greedy.begin() + row0 + rows,
                                             [](char g) { return g != 0; });
         return shard.Choose(row0, rows, layout, all_greedy);
@@ -389,9 +392,8 @@ absl::Status CudaCausalLm::RunChunks(
   std::vector<Piece> chunk;
   int chunk_rows = 0, row0 = 0;
   auto flush = [&]() -> absl::Status {
-    RETURN_IF_ERROR(RunChunk(batch, chunk, depths, [&](ModelShard& shard) {
-      return on_chunk(shard, row0, chunk_rows);
-    }));
+    RETURN_IF_ERROR(RunChunk(batch, chunk, depths,
+                             [&](ModelShard& shard) { return on_chunk(shard, row0, chunk_rows); }));
     row0 += chunk_rows;
     chunk.clear();
     chunk_rows = 0;
@@ -521,16 +523,16 @@ absl::StatusOr<std::vector<int>> RankDevices(const LmOptions& o, const CudaLmOpt
     for (int r = 0; r < o.tensor_parallel; ++r) devices.push_back(g.device + r);
   }
   if (static_cast<int>(devices.size()) != o.tensor_parallel) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CUDA backend: tensor_parallel ", o.tensor_parallel, " but ", devices.size(),
-        " GPUs listed (", absl::StrJoin(devices, ","), "); one GPU per rank"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA backend: tensor_parallel ", o.tensor_parallel, " but ", devices.size(),
+                     " GPUs listed (", absl::StrJoin(devices, ","), "); one GPU per rank"));
   }
   int count = 0;
   CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
   for (size_t r = 0; r < devices.size(); ++r) {
     if (devices[r] < 0 || devices[r] >= count) {
-      return absl::InvalidArgumentError(absl::StrCat("CUDA backend: device ", devices[r],
-                                                     " not in [0, ", count, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("CUDA backend: device ", devices[r], " not in [0, ", count, ")"));
     }
     if (std::count(devices.begin(), devices.end(), devices[r]) > 1) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -589,8 +591,8 @@ absl::StatusOr<std::unique_ptr<CausalLm>> Create(
     return absl::InvalidArgumentError(
         absl::StrCat("CUDA backend: ", pages, " KV pages is too many"));
   }
-  auto lm = std::make_unique<CudaCausalLm>(config, options, std::move(devices),
-                                           static_cast<int>(pages));
+  auto lm =
+      std::make_unique<CudaCausalLm>(config, options, std::move(devices), static_cast<int>(pages));
   RETURN_IF_ERROR(lm->Init(cuda, source));
   return std::unique_ptr<CausalLm>(std::move(lm));
 }
@@ -601,8 +603,7 @@ absl::StatusOr<std::unique_ptr<CausalLm>> CreateCudaCausalLm(const ModelConfig& 
                                                              const ModelWeights& weights,
                                                              const LmOptions& options,
                                                              const CudaLmOptions& cuda) {
-  return Create(config, options, cuda,
-                [&](cudaStream_t) { return HostTensors(config, weights); });
+  return Create(config, options, cuda, [&](cudaStream_t) { return HostTensors(config, weights); });
 }
 
 absl::StatusOr<std::unique_ptr<CausalLm>> CreateRandomCudaCausalLm(const ModelConfig& config,

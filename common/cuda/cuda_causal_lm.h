@@ -5,9 +5,9 @@
 // splits): each rank is a ModelShard (model_shard.h: the per-layer math is there) on its own
 // GPU, driven from its own thread (RankThreads), with an NCCL communicator: one all-reduce
 // after o_proj and one after down_proj (fused with the residual add and norm into one
-// peer-access kernel where the GPUs allow it), a vocab-parallel embedding and LM head. The page table
-// (PagedKvCache) is one, shared by every rank's KV pool. The host prepares each chunk's metadata
-// once; every rank uploads it, so the ranks never wait on each other on the host.
+// peer-access kernel where the GPUs allow it), a vocab-parallel embedding and LM head. The page
+// table (PagedKvCache) is one, shared by every rank's KV pool. The host prepares each chunk's
+// metadata once; every rank uploads it, so the ranks never wait on each other on the host.
 //
 // All device memory is allocated at creation: the weights, the KV pools, activations for
 // `max_rows` rows and the attention's work space. A Forward with more new nodes than that runs
@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/cuda/gemm.h"
 #include "common/model/causal_lm.h"
 #include "common/model/config.h"
 #include "common/model/weights.h"
@@ -50,6 +51,8 @@ struct CudaLmOptions {
   // tp == 1: forwards replay CUDA graphs per bucket of rows (captured at the second use of a
   // bucket); false runs every kernel eagerly.
   bool cuda_graphs = true;
+  // Which GEMM kernels the shards use (the few-row kernel for verify steps by default).
+  GemmOptions gemm;
 };
 
 // Builds the model from full fp32 host weights (each rank converts its slice to bf16 on its

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -42,7 +43,7 @@ using WeightsFn = std::function<ModelWeights()>;
 
 // The GPU model tensor-parallel over GPUs 0..tp-1.
 Pair Build(const ModelConfig& config, const WeightsFn& make_weights, int max_rows = 2048,
-           int tp = 1, bool peer = true) {
+           int tp = 1, bool peer = true, const GemmOptions& gemm = {}) {
   LmOptions options;
   options.max_batch = 4;
   Pair p;
@@ -51,6 +52,7 @@ Pair Build(const ModelConfig& config, const WeightsFn& make_weights, int max_row
   CudaLmOptions cuda;
   cuda.max_rows = max_rows;
   cuda.peer_all_reduce = peer;
+  cuda.gemm = gemm;
   options.tensor_parallel = tp;
   auto gpu = CreateCudaCausalLm(config, make_weights(), options, cuda);
   EXPECT_TRUE(gpu.ok()) << gpu.status();
@@ -68,11 +70,14 @@ using testing::RandomTree;
 
 struct Comparison {
   double worst_rel = 0;  // max over rows of max|gpu - cpu| / max|cpu|
+  int worst_row = -1;    // where (counting the rows of every Compare call)
   int rows = 0, argmax_differs = 0, near_ties = 0;
+  int close_rows = 0;  // rows whose CPU top-2 margin is within the tie margin
 };
 
 // Compares [rows, vocab] logits; argmax differences at a CPU top-2 margin above `tie_margin`
-// (relative to the row's scale) are failures, below it near-ties.
+// (relative to the row's scale) are failures, below it near-ties. A near-tie needs a close
+// race, so CheckModel allows at most half of the close rows (or 5 % of all rows) to flip.
 void Compare(const std::vector<float>& cpu, const std::vector<float>& gpu, int vocab,
              double tie_margin, Comparison& c) {
   ASSERT_EQ(cpu.size(), gpu.size());
@@ -88,7 +93,15 @@ void Compare(const std::vector<float>& cpu, const std::vector<float>& gpu, int v
       if (a[v] > a[arg_a]) arg_a = v;
       if (b[v] > b[arg_b]) arg_b = v;
     }
-    c.worst_rel = std::max(c.worst_rel, err / scale);
+    float second = -std::numeric_limits<float>::infinity();
+    for (int v = 0; v < vocab; ++v) {
+      if (v != arg_a) second = std::max(second, a[v]);
+    }
+    if ((a[arg_a] - second) / scale <= tie_margin) ++c.close_rows;
+    if (err / scale > c.worst_rel) {
+      c.worst_rel = err / scale;
+      c.worst_row = c.rows;
+    }
     ++c.rows;
     if (arg_a != arg_b) {
       ++c.argmax_differs;
@@ -106,9 +119,9 @@ void Compare(const std::vector<float>& cpu, const std::vector<float>& gpu, int v
 // Prefill of a chain, then a tree after it, on both backends; then a commit of a path with gaps
 // and one decode step after it.
 void CheckModel(const std::string& name, const ModelConfig& config, const WeightsFn& weights,
-                int max_rows = 2048, int tp = 1, bool peer = true) {
+                int max_rows = 2048, int tp = 1, bool peer = true, const GemmOptions& gemm = {}) {
   SCOPED_TRACE(name);
-  Pair p = Build(config, weights, max_rows, tp, peer);
+  Pair p = Build(config, weights, max_rows, tp, peer, gemm);
   if (p.gpu) EXPECT_EQ(p.gpu->tensor_parallel(), tp);
   ASSERT_TRUE(p.cpu && p.gpu);
   std::mt19937 rng(11);
@@ -147,10 +160,12 @@ void CheckModel(const std::string& name, const ModelConfig& config, const Weight
     Compare(*a, *b, config.vocab_size, kTieMargin, c);
   }
   std::cerr << name << ": " << c.rows << " rows, worst |gpu - cpu| " << c.worst_rel
-            << " of the row scale, argmax differs in " << c.argmax_differs << " (near-ties "
-            << c.near_ties << ")\n";
+            << " of the row scale (row " << c.worst_row << "), argmax differs in "
+            << c.argmax_differs << " (near-ties " << c.near_ties << " of " << c.close_rows
+            << " close rows)\n";
   EXPECT_LE(c.worst_rel, 0.04);
-  EXPECT_LE(c.near_ties, c.rows / 20) << "too many near-ties to be ties";
+  EXPECT_LE(c.near_ties, std::max(c.rows / 20, c.close_rows / 2))
+      << "too many near-ties to be ties";
 }
 
 TEST(CudaCausalLmTest, TinyPairMatchesCpu) {
@@ -176,6 +191,12 @@ TEST(CudaCausalLmTest, RandomQwenStyleModelsMatchCpu) {
   qwen2.head_dim = 64;
   qwen2.vocab_size = 1000;
   CheckModel("qwen2-style", qwen2, Random(qwen2, 3));
+  // The same through each GEMM path: cuBLASLt for every GEMM, and the few-row kernel launched
+  // plainly rather than as a programmatic dependent.
+  CheckModel("qwen2-style, cuBLASLt GEMMs", qwen2, Random(qwen2, 3), 2048, 1, true,
+             {.skinny_max_rows = 0});
+  CheckModel("qwen2-style, plain launches", qwen2, Random(qwen2, 3), 2048, 1, true,
+             {.dependent_launch = false});
 
   ModelConfig qwen3 = qwen2;
   qwen3.architecture = "Qwen3ForCausalLM";
@@ -289,7 +310,8 @@ TEST(CudaCausalLmTest, TensorParallelTwoGpus) {
   const std::string dir = absl::StrCat(TREESPEC_SOURCE_DIR, "/models/tiny-target");
   auto tiny = LoadModelConfig(dir);
   ASSERT_TRUE(tiny.ok()) << tiny.status();
-  CheckModel("tiny-target tp=2", *tiny, [&] { return *LoadModelWeights(dir, *tiny); }, 2048, 2);
+  CheckModel(
+      "tiny-target tp=2", *tiny, [&] { return *LoadModelWeights(dir, *tiny); }, 2048, 2);
 
   ModelConfig uneven = testing::SmallLlamaConfig();
   uneven.architecture = "Qwen2ForCausalLM";
@@ -427,13 +449,11 @@ TEST(CudaCausalLmTest, BadBatchesAreRefusedLikeTheCpu) {
   twice.devices = {0, 0};
   auto refused = CreateCudaCausalLm(config, testing::RandomWeights(config, 1), tp2, twice);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
-  EXPECT_NE(refused.status().message().find("listed twice"), std::string::npos)
-      << refused.status();
+  EXPECT_NE(refused.status().message().find("listed twice"), std::string::npos) << refused.status();
   CudaLmOptions one;
   one.devices = {0};
   auto short_list = CreateCudaCausalLm(config, testing::RandomWeights(config, 1), tp2, one);
-  EXPECT_EQ(short_list.status().code(), absl::StatusCode::kInvalidArgument)
-      << short_list.status();
+  EXPECT_EQ(short_list.status().code(), absl::StatusCode::kInvalidArgument) << short_list.status();
 }
 
 }  // namespace

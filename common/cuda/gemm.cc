@@ -13,8 +13,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/cuda/cuda_check.h"
 #include "common/cuda/device_buffer.h"
 #include "common/cuda/launch_util.h"
+#include "common/cuda/skinny_gemm.h"
 #include "common/util/status_macros.h"
 
 namespace treespec::gpu {
@@ -123,7 +125,17 @@ struct GemmRunner::Plan {
   cublasLtMatrixLayout_t x_layout = nullptr;  // cuBLAS's B
   cublasLtMatrixLayout_t y_layout = nullptr;  // cuBLAS's C and D
   cublasLtMatmulAlgo_t algo = {};
+  // The few-row kernel's plan instead (no cuBLASLt descriptors then).
+  bool skinny = false;
+  SkinnyGemmShape skinny_shape;
 };
+
+namespace {
+// The few-row kernel's scratch: split partials of 64 rows × 64 outputs for up to 1024 CTAs (two
+// per SM on 512 SMs), and the counters of up to 16k split tiles.
+constexpr size_t kSkinnyPartialFloats = size_t{1024} * 64 * 64;
+constexpr int kSkinnyCounters = 16384;
+}  // namespace
 
 absl::Status ValidateGemmArgs(const GemmArgs& args) {
   RETURN_IF_ERROR(ValidateShape(args.m, args.n, args.k));
@@ -145,20 +157,53 @@ absl::Status ValidateGemmArgs(const GemmArgs& args) {
     }
     RETURN_IF_ERROR(ValidatePointer(args.bias, "bias"));
   }
+  if (args.epilogue == GemmEpilogue::kSiluMul) {
+    if (args.n % 2 != 0 || args.y_bf16 == nullptr || args.bias != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GEMM with the SiLU·mul epilogue: needs an even n (gate rows then up rows; got n=",
+          args.n, "), the bf16 output y_bf16 and no bias"));
+    }
+  }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Create(size_t workspace_bytes) {
-  // The workspace first: if it fails, no handle is left behind.
+absl::StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Create(size_t workspace_bytes,
+                                                               const GemmOptions& options) {
+  if (options.skinny_max_rows < 0 || options.skinny_max_rows > kSkinnyMaxRows) {
+    return absl::InvalidArgumentError(absl::StrCat("GemmOptions::skinny_max_rows ",
+                                                   options.skinny_max_rows, ": must be in [0, ",
+                                                   kSkinnyMaxRows, "]"));
+  }
+  // Device memory first: if it fails, no handle is left behind.
   ASSIGN_OR_RETURN(DeviceBuffer<unsigned char> workspace,
                    DeviceBuffer<unsigned char>::Create(workspace_bytes));
+  const bool skinny = options.skinny_max_rows > 0;
+  ASSIGN_OR_RETURN(DeviceBuffer<float> partials,
+                   DeviceBuffer<float>::Create(skinny ? kSkinnyPartialFloats : 0));
+  ASSIGN_OR_RETURN(DeviceBuffer<int> counters,
+                   DeviceBuffer<int>::Create(skinny ? kSkinnyCounters : 0));
+  int device = 0, num_sms = 0;
+  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+  if (skinny) {
+    RETURN_IF_ERROR(counters.ZeroNow());
+    CUDA_RETURN_IF_ERROR(ConfigureSkinnyGemm());
+  }
   cublasLtHandle_t handle = nullptr;
   CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&handle));
-  return std::unique_ptr<GemmRunner>(new GemmRunner(handle, std::move(workspace)));
+  return std::unique_ptr<GemmRunner>(new GemmRunner(handle, std::move(workspace), options, num_sms,
+                                                    std::move(partials), std::move(counters)));
 }
 
-GemmRunner::GemmRunner(cublasLtHandle_t handle, DeviceBuffer<unsigned char> workspace)
-    : handle_(handle), workspace_(std::move(workspace)) {}
+GemmRunner::GemmRunner(cublasLtHandle_t handle, DeviceBuffer<unsigned char> workspace,
+                       const GemmOptions& options, int num_sms, DeviceBuffer<float> partials,
+                       DeviceBuffer<int> counters)
+    : handle_(handle),
+      workspace_(std::move(workspace)),
+      options_(options),
+      num_sms_(num_sms),
+      partials_(std::move(partials)),
+      counters_(std::move(counters)) {}
 
 GemmRunner::~GemmRunner() {
   plans_.clear();  // their descriptors before the handle
@@ -175,6 +220,18 @@ absl::Status GemmRunner::Prepare(int m, int n, int k, bool f32_output, bool with
 
 absl::StatusOr<GemmRunner::Plan*> GemmRunner::GetOrCreatePlan(const PlanKey& key) {
   if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
+  if (key.m <= options_.skinny_max_rows) {
+    const SkinnyGemmShape shape = PlanSkinnyGemm(
+        key.n, key.k, key.silu_mul, num_sms_, partials_.size(), static_cast<int>(counters_.size()));
+    if (shape.splits > 0) {
+      auto plan = std::make_unique<Plan>();
+      plan->skinny = true;
+      plan->skinny_shape = shape;
+      Plan* const raw = plan.get();
+      plans_.emplace(key, std::move(plan));
+      return raw;
+    }
+  }
 
   // cuBLASLt is column-major, and row-major y[m, n] is column-major yᵀ [n, m]:
   //   yᵀ = w · xᵀ, where row-major w[n, k] is column-major [k, n] (ld k) taken transposed, and
@@ -237,8 +294,20 @@ absl::StatusOr<GemmRunner::Plan*> GemmRunner::GetOrCreatePlan(const PlanKey& key
 absl::Status GemmRunner::Run(const GemmArgs& args, cudaStream_t stream) {
   RETURN_IF_ERROR(ValidateGemmArgs(args));
   const bool f32_output = args.y_f32 != nullptr;
+  const bool silu_mul = args.epilogue == GemmEpilogue::kSiluMul;
   ASSIGN_OR_RETURN(Plan* const plan, GetOrCreatePlan(PlanKey{args.m, args.n, args.k, f32_output,
-                                                             args.bias != nullptr}));
+                                                             args.bias != nullptr, silu_mul}));
+  if (silu_mul && !plan->skinny) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GEMM with the SiLU·mul epilogue: m=", args.m, " n=", args.n,
+                     " is not a few-row shape (m <= ", options_.skinny_max_rows,
+                     " rows and n/2 <= 512k outputs); run the GEMM and LaunchSiluMul instead"));
+  }
+  if (plan->skinny) {
+    CUDA_RETURN_IF_ERROR(LaunchSkinnyGemm(args, plan->skinny_shape, partials_.data(),
+                                          counters_.data(), options_.dependent_launch, stream));
+    return absl::OkStatus();
+  }
   if (args.bias != nullptr) {
     // A host-side write into the descriptor: nothing is enqueued or allocated.
     RETURN_IF_ERROR(SetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,

@@ -1,5 +1,7 @@
-// bf16 GEMMs through cuBLASLt: y = x · wᵀ (+ bias), the Linear layers of the CUDA backend.
-// CPU reference: MatMul then AddBias (common/model/cpu_ops.h).
+// bf16 GEMMs: y = x · wᵀ (+ bias), the Linear layers of the CUDA backend. Up to
+// GemmOptions::skinny_max_rows rows (a verify step's) go to our own weight-streaming kernel
+// (skinny_gemm.h); more rows (prefill) go to cuBLASLt. CPU reference: MatMul then AddBias
+// (common/model/cpu_ops.h).
 //
 // Plan/run split: the first call for a shape builds its matmul descriptor, matrix layouts and
 // heuristic algorithm (a "plan") and keeps it; later calls with that shape only set the bias
@@ -34,6 +36,15 @@ namespace treespec::gpu {
 // cuBLAS's advice for Hopper (sm_90) is a 32 MiB workspace; older GPUs need 4 MiB at most.
 inline constexpr size_t kDefaultGemmWorkspaceBytes = size_t{32} << 20;
 
+// What a GEMM does to x · wᵀ before storing it.
+enum class GemmEpilogue {
+  kNone,  // y = x · wᵀ (+ bias)
+  // The SwiGLU gate of a fused gate/up projection: w is [gate rows; up rows] ([2f, k], n = 2f)
+  // and y_bf16 [m, f] = SiLU(x · w_gateᵀ) ⊙ (x · w_upᵀ) from the fp32 sums, rounded once. The
+  // few-row kernel only (GemmRunner::FewRows(m)); no bias.
+  kSiluMul,
+};
+
 // One GEMM, y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n] on every row), bf16 inputs, fp32
 // products and accumulation, one rounding to the output type. All pointers are device
 // pointers, 16-byte aligned, and y must not overlap x, w or bias.
@@ -47,6 +58,7 @@ struct GemmArgs {
   // Exactly one output: y_bf16 for activations, y_f32 for logits.
   __nv_bfloat16* y_bf16 = nullptr;  // [m, n] row-major
   float* y_f32 = nullptr;           // [m, n] row-major
+  GemmEpilogue epilogue = GemmEpilogue::kNone;
 };
 
 // OK, or InvalidArgument naming the bad value: m, n, k >= 1; k % 8 == 0 (so every row of x
@@ -55,9 +67,22 @@ struct GemmArgs {
 // output. The last rule follows cuBLASLt: its bias epilogue reads the bias in the output's
 // type (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: "same type as the elements of output
 // matrix" except for int8 and fp8 kernels), so a bf16 bias with fp32 output is not a supported
-// combination; no model we load has a bias on its fp32-output GEMM (the LM head). Host-only:
-// reads no device memory.
+// combination; no model we load has a bias on its fp32-output GEMM (the LM head). kSiluMul
+// needs an even n, the bf16 output and no bias. Host-only: reads no device memory.
 absl::Status ValidateGemmArgs(const GemmArgs& args);
+
+// Which kernels a runner uses (benchmarks compare them; the defaults are the fast choice).
+struct GemmOptions {
+  // GEMMs of at most this many rows (0 .. 64) run the few-row kernel; 0: cuBLASLt for all. Up
+  // to 16 rows the kernel ties cuBLASLt on the H200, at 32 a lone GEMM is slower, at 64 much
+  // slower (docs/performance.md, treespec-gemm-bench). 32 keeps a 16-node tree plus its root
+  // (17 rows) on the kernel (fused SiLU·mul, overlapped launch) and on the same batch-invariant
+  // sums as plain decoding (1 row): with 16, speculative and plain greedy split at more
+  // near-ties (engine_gpu_test).
+  int skinny_max_rows = 32;
+  // The few-row kernel launches as a programmatic dependent of the stream's previous kernel.
+  bool dependent_launch = true;
+};
 
 // Owns a cuBLASLt handle, one workspace and the plans of the shapes it has run, for the device
 // current at Create (make that device current for every later call). Not thread-safe, and
@@ -67,7 +92,8 @@ class GemmRunner {
  public:
   // A runner whose GEMMs may use up to `workspace_bytes` of scratch (0: none, which rules out
   // split-K algorithms; kDefaultGemmWorkspaceBytes is the usual choice).
-  static absl::StatusOr<std::unique_ptr<GemmRunner>> Create(size_t workspace_bytes);
+  static absl::StatusOr<std::unique_ptr<GemmRunner>> Create(size_t workspace_bytes,
+                                                            const GemmOptions& options = {});
 
   ~GemmRunner();
   GemmRunner(const GemmRunner&) = delete;
@@ -83,6 +109,9 @@ class GemmRunner {
   // before capturing it. OK if the plan exists already.
   absl::Status Prepare(int m, int n, int k, bool f32_output, bool with_bias);
 
+  // Whether GEMMs of m rows run the few-row kernel (and so may use GemmEpilogue::kSiluMul).
+  bool FewRows(int m) const { return m <= options_.skinny_max_rows; }
+
   int plan_count() const { return static_cast<int>(plans_.size()); }
   size_t workspace_bytes() const { return workspace_.bytes(); }
 
@@ -90,22 +119,30 @@ class GemmRunner {
   struct PlanKey {
     int m, n, k;
     bool f32_output, with_bias;
+    bool silu_mul = false;
     friend bool operator==(const PlanKey& a, const PlanKey& b) {
       return a.m == b.m && a.n == b.n && a.k == b.k && a.f32_output == b.f32_output &&
-             a.with_bias == b.with_bias;
+             a.with_bias == b.with_bias && a.silu_mul == b.silu_mul;
     }
     template <typename H>
     friend H AbslHashValue(H h, const PlanKey& key) {
-      return H::combine(std::move(h), key.m, key.n, key.k, key.f32_output, key.with_bias);
+      return H::combine(std::move(h), key.m, key.n, key.k, key.f32_output, key.with_bias,
+                        key.silu_mul);
     }
   };
   struct Plan;  // descriptors + algorithm, defined in gemm.cc
 
-  GemmRunner(cublasLtHandle_t handle, DeviceBuffer<unsigned char> workspace);
+  GemmRunner(cublasLtHandle_t handle, DeviceBuffer<unsigned char> workspace,
+             const GemmOptions& options, int num_sms, DeviceBuffer<float> partials,
+             DeviceBuffer<int> counters);
   absl::StatusOr<Plan*> GetOrCreatePlan(const PlanKey& key);
 
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer<unsigned char> workspace_;
+  const GemmOptions options_;
+  const int num_sms_;
+  DeviceBuffer<float> partials_;  // the few-row kernel's split-K partial sums
+  DeviceBuffer<int> counters_;    // its per-tile arrival counters (zero between launches)
   absl::flat_hash_map<PlanKey, std::unique_ptr<Plan>> plans_;
 };
 

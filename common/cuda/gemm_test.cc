@@ -1,9 +1,11 @@
-// cuBLASLt GEMMs (gemm.h) against the CPU reference MatMul (+ AddBias) of common/model/cpu_ops.h:
-// fresh random bf16 inputs (the CPU gets the very same values), outputs poisoned with 0xFF
-// bytes (NaN in bf16 and fp32) plus a poisoned guard tail that must survive, sizes that are not
-// multiples of any tile. Also: one plan per shape, reused; a captured CUDA graph replays the
-// eager result bit for bit; bad arguments are InvalidArgument. The GPU tests skip without a
-// CUDA device; argument validation needs none. Tolerances and seeds as in cuda_test_util.h.
+// GEMMs (gemm.h), the few-row kernel and cuBLASLt, against the CPU reference MatMul (+ AddBias)
+// of common/model/cpu_ops.h: fresh random bf16 inputs (the CPU gets the very same values),
+// outputs poisoned with 0xFF bytes (NaN in bf16 and fp32) plus a poisoned guard tail that must
+// survive, sizes that are not multiples of any tile, k split between CTAs. Also: one plan
+// per shape, reused; a captured CUDA graph replays the eager result bit for bit; the few-row
+// kernel's rows do not depend on the other rows, and as a dependent launch it reads what the
+// kernel before it wrote; bad arguments are InvalidArgument. The GPU tests skip without a CUDA
+// device; argument validation needs none. Tolerances and seeds as in cuda_test_util.h.
 #include "common/cuda/gemm.h"
 
 #include <cuda_bf16.h>
@@ -17,6 +19,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -27,6 +30,8 @@
 #include "common/cuda/cuda_check.h"
 #include "common/cuda/cuda_test_util.h"
 #include "common/cuda/device_buffer.h"
+#include "common/cuda/embedding.h"
+#include "common/cuda/skinny_gemm.h"
 #include "common/model/cpu_ops.h"
 #include "gtest/gtest.h"
 
@@ -35,6 +40,8 @@ namespace {
 using namespace ::treespec::gpu::testing;  // NOLINT: test scaffolding
 
 constexpr uint32_t kPoisonF32Bits = 0xFFFFFFFF;  // 0xFF bytes: an fp32 NaN
+// The few-row kernel for every m it takes (by default GemmRunner gives it up to 32 rows only).
+constexpr GemmOptions kWholeFewRowRange{.skinny_max_rows = kSkinnyMaxRows};
 
 float PoisonF32() {
   float f;
@@ -58,6 +65,27 @@ class GemmTest : public CudaTest {
     std::vector<float> host(buffer.size());
     if (absl::Status s = buffer.CopyToHost(absl::MakeSpan(host)); !s.ok()) return s;
     return host;
+  }
+  // MatchesCpu's cases through `gemm` (the few-row kernel takes m <= 64 unless disabled).
+  void ExpectMatchesCpu(GemmRunner& gemm);
+
+  // Random x [m, k], w [n, k] and bias [n] (values in [-1, 1]), on the host and the device.
+  struct Inputs {
+    Bf16Data x, w, bias;
+    DeviceBuffer<bf16> d_x, d_w, d_bias;
+  };
+  absl::StatusOr<Inputs> RandomInputs(int m, int n, int k) {
+    Inputs in;
+    in.x = RandomBf16(rng_, static_cast<size_t>(m) * k, 1.0f);
+    in.w = RandomBf16(rng_, static_cast<size_t>(n) * k, 1.0f);
+    in.bias = RandomBf16(rng_, n, 1.0f);
+    for (auto [host, device] :
+         {std::pair{&in.x, &in.d_x}, std::pair{&in.w, &in.d_w}, std::pair{&in.bias, &in.d_bias}}) {
+      absl::StatusOr<DeviceBuffer<bf16>> d = Upload(host->bf);
+      if (!d.ok()) return d.status();
+      *device = *std::move(d);
+    }
+    return in;
   }
 };
 
@@ -89,16 +117,29 @@ double GemmD(int k, double abs_sum, double bias) {
 TEST_F(GemmTest, MatchesCpu) {
   SCOPED_TRACE(absl::StrCat("seed ", Seed()));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<GemmRunner> gemm,
-                       GemmRunner::Create(kDefaultGemmWorkspaceBytes));
+                       GemmRunner::Create(kDefaultGemmWorkspaceBytes, kWholeFewRowRange));
+  ExpectMatchesCpu(*gemm);
+}
+
+TEST_F(GemmTest, CublasOnlyMatchesCpu) {
+  SCOPED_TRACE(absl::StrCat("seed ", Seed()));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GemmRunner> gemm,
+                       GemmRunner::Create(kDefaultGemmWorkspaceBytes, {.skinny_max_rows = 0}));
+  ExpectMatchesCpu(*gemm);
+}
+
+void GemmTest::ExpectMatchesCpu(GemmRunner& gemm_runner) {
+  GemmRunner* const gemm = &gemm_runner;
   constexpr int kMs[] = {1, 3, 17, 64, 255};
   constexpr int kMaxM = 255;  // x holds kMaxM rows; a run with m rows reads the first m
   struct Shape {
     int n, k;
   };
   // (1000, 264): neither a multiple of the usual 64/128/256 tiles; (4096 + 8, 4096): a Llama
-  // hidden size with a ragged output; (13, 8): odd n (bf16 rows of y 26 bytes apart) and one
-  // 16-byte step of k.
-  for (const Shape s : {Shape{1000, 264}, Shape{4096 + 8, 4096}, Shape{13, 8}}) {
+  // hidden size with a ragged output (the few-row kernel splits k 4 ways on an H200); (13, 8):
+  // odd n (bf16 rows of y 26 bytes apart) and one 16-byte step of k; (200, 2056): few outputs,
+  // long k ending in a ragged step (split 8 ways).
+  for (const Shape s : {Shape{1000, 264}, Shape{4096 + 8, 4096}, Shape{13, 8}, Shape{200, 2056}}) {
     SCOPED_TRACE(absl::StrCat("n ", s.n, " k ", s.k));
     const Bf16Data x = RandomBf16(rng_, static_cast<size_t>(kMaxM) * s.k, 1.0f);
     const Bf16Data w = RandomBf16(rng_, static_cast<size_t>(s.n) * s.k, 1.0f);
@@ -172,7 +213,7 @@ TEST_F(GemmTest, MatchesCpu) {
     std::cerr << "GEMM n " << s.n << " k " << s.k << ": largest error " << worst
               << " of its tolerance\n";
   }
-  EXPECT_EQ(gemm->plan_count(), 3 * 5 * 3);  // one per (shape, m, output, bias)
+  EXPECT_EQ(gemm->plan_count(), 4 * 5 * 3);  // one per (shape, m, output, bias)
 }
 
 // ---- Plans: one per (m, n, k, output type, bias or not), built on first use or by Prepare,
@@ -249,15 +290,12 @@ TEST_F(GemmTest, RepeatedShapeReusesItsPlan) {
 // strictest capture mode (any unsafe call, such as an allocation or a sync, fails it), and the
 // replay writes the eager run's bits.
 TEST_F(GemmTest, CapturedGraphReplaysEagerResult) {
-  constexpr int kM = 17, kN = 1000, kK = 264;
+  // k long enough that the few-row kernel splits it: its counters must re-arm between replays.
+  constexpr int kM = 17, kN = 1000, kK = 2056;
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<GemmRunner> gemm,
                        GemmRunner::Create(kDefaultGemmWorkspaceBytes));
-  const Bf16Data x = RandomBf16(rng_, static_cast<size_t>(kM) * kK, 1.0f);
-  const Bf16Data w = RandomBf16(rng_, static_cast<size_t>(kN) * kK, 1.0f);
-  const Bf16Data bias = RandomBf16(rng_, kN, 1.0f);
-  ASSERT_OK_AND_ASSIGN(auto d_x, Upload(x.bf));
-  ASSERT_OK_AND_ASSIGN(auto d_w, Upload(w.bf));
-  ASSERT_OK_AND_ASSIGN(auto d_bias, Upload(bias.bf));
+  ASSERT_OK_AND_ASSIGN(const Inputs in, RandomInputs(kM, kN, kK));
+  const DeviceBuffer<bf16>&d_x = in.d_x, &d_w = in.d_w, &d_bias = in.d_bias;
   const size_t count = static_cast<size_t>(kM) * kN;
   ASSERT_OK_AND_ASSIGN(auto eager_bf16, Poisoned(count));
   ASSERT_OK_AND_ASSIGN(auto eager_f32, PoisonedF32(count));
@@ -304,6 +342,159 @@ TEST_F(GemmTest, CapturedGraphReplaysEagerResult) {
   ExpectGuardIntactF32(got_f32, count);
 }
 
+// ---- The few-row kernel: its split depends on n and k only, so each row's sum runs in the same
+// order whatever m is, and a row's bits are those of the same row in a 64-row run.
+TEST_F(GemmTest, FewRowKernelRowsDoNotDependOnOtherRows) {
+  constexpr int kN = 4096 + 8, kK = 4096;  // split 4 ways on an H200
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GemmRunner> gemm,
+                       GemmRunner::Create(kDefaultGemmWorkspaceBytes, kWholeFewRowRange));
+  ASSERT_OK_AND_ASSIGN(const Inputs in, RandomInputs(kSkinnyMaxRows, kN, kK));
+  const DeviceBuffer<bf16>&d_x = in.d_x, &d_w = in.d_w, &d_bias = in.d_bias;
+  const size_t full = static_cast<size_t>(kSkinnyMaxRows) * kN;
+  ASSERT_OK_AND_ASSIGN(auto d_all, Poisoned(full));
+  GemmArgs args{.m = kSkinnyMaxRows,
+                .n = kN,
+                .k = kK,
+                .x = d_x.data(),
+                .w = d_w.data(),
+                .bias = d_bias.data(),
+                .y_bf16 = d_all.data()};
+  ASSERT_OK(gemm->Run(args, stream_));
+  ASSERT_OK_AND_ASSIGN(const std::vector<bf16> all, Download(d_all));
+  for (const int m : {1, 5, 8, 9, 16, 31, 33, 63}) {
+    SCOPED_TRACE(absl::StrCat("m ", m));
+    const size_t count = static_cast<size_t>(m) * kN;
+    ASSERT_OK_AND_ASSIGN(auto d_y, Poisoned(count));
+    args.m = m;
+    args.y_bf16 = d_y.data();
+    ASSERT_OK(gemm->Run(args, stream_));
+    ASSERT_OK_AND_ASSIGN(const std::vector<bf16> y, Download(d_y));
+    ExpectGuardIntact(y, count);
+    for (size_t i = 0; i < count; ++i) {
+      ASSERT_EQ(Bits(y[i]), Bits(all[i])) << "row " << i / kN << " col " << i % kN;
+    }
+  }
+}
+
+// ---- As a programmatic dependent launch the few-row kernel starts while the kernel before it
+// runs (that kernel allows it at its start); it must still read that kernel's output. Here an
+// embedding lookup rewrites x (cleared just before) and the GEMM follows at once.
+TEST_F(GemmTest, DependentLaunchReadsThePriorKernelsOutput) {
+  constexpr int kM = kSkinnyMaxRows, kN = 512, kK = 16384;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GemmRunner> gemm,
+                       GemmRunner::Create(kDefaultGemmWorkspaceBytes, kWholeFewRowRange));
+  const Bf16Data x = RandomBf16(rng_, static_cast<size_t>(kM) * kK, 1.0f);
+  const Bf16Data w = RandomBf16(rng_, static_cast<size_t>(kN) * kK, 1.0f);
+  std::vector<int32_t> rows(kM);
+  for (int i = 0; i < kM; ++i) rows[i] = i;
+  ASSERT_OK_AND_ASSIGN(auto d_table, Upload(x.bf));
+  ASSERT_OK_AND_ASSIGN(auto d_rows, Upload(rows));
+  ASSERT_OK_AND_ASSIGN(auto d_w, Upload(w.bf));
+  ASSERT_OK_AND_ASSIGN(auto d_x, Poisoned(static_cast<size_t>(kM) * kK));
+  const size_t count = static_cast<size_t>(kM) * kN;
+  ASSERT_OK_AND_ASSIGN(auto d_want, Poisoned(count));
+  ASSERT_OK_AND_ASSIGN(auto d_got, Poisoned(count));
+  GemmArgs args{.m = kM, .n = kN, .k = kK, .x = d_table.data(), .w = d_w.data()};
+  args.y_bf16 = d_want.data();
+  ASSERT_OK(gemm->Run(args, stream_));  // from the table itself
+  ASSERT_OK_AND_ASSIGN(const std::vector<bf16> want, Download(d_want));
+  args.x = d_x.data();
+  args.y_bf16 = d_got.data();
+  for (int rep = 0; rep < 20; ++rep) {
+    SCOPED_TRACE(absl::StrCat("repetition ", rep));
+    ASSERT_CUDA(
+        cudaMemsetAsync(d_x.data(), 0, static_cast<size_t>(kM) * kK * sizeof(bf16), stream_));
+    ASSERT_CUDA(LaunchEmbedding(d_table.data(), 0, kM, kK, d_rows.data(), kM, d_x.data(), stream_));
+    ASSERT_OK(gemm->Run(args, stream_));
+    ASSERT_OK_AND_ASSIGN(const std::vector<bf16> got, Download(d_got));
+    for (size_t i = 0; i < count; ++i) {
+      ASSERT_EQ(Bits(got[i]), Bits(want[i])) << "row " << i / kN << " col " << i % kN;
+    }
+  }
+}
+
+// ---- The SiLU·mul epilogue (the gate/up GEMM of a verify step): y[m, f] = SiLU(x·w_gateᵀ) ·
+// (x·w_upᵀ) from the fp32 sums, against the CPU's MatMul then SiLU·mul in double. With gate sum
+// g, up sum u and their GEMM bounds dg, du (GemmD): SiLU's slope lies in [-0.1, 1.1], so the
+// product is off by at most 1.1·dg·(|u| + du) + |g|·du before fp32 SiLU·mul (a few ulps, 8e
+// here) and the bf16 rounding.
+TEST_F(GemmTest, SiluMulEpilogueMatchesCpu) {
+  SCOPED_TRACE(absl::StrCat("seed ", Seed()));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GemmRunner> gemm,
+                       GemmRunner::Create(kDefaultGemmWorkspaceBytes, kWholeFewRowRange));
+  constexpr int kMaxM = kSkinnyMaxRows;
+  struct Shape {
+    int f, k;
+  };
+  // f = 100: ragged tiles of 32 outputs; (1000, 4096): k split 8 ways on an H200.
+  for (const Shape s : {Shape{100, 264}, Shape{1000, 4096}}) {
+    SCOPED_TRACE(absl::StrCat("f ", s.f, " k ", s.k));
+    const int n = 2 * s.f;
+    const Bf16Data x = RandomBf16(rng_, static_cast<size_t>(kMaxM) * s.k, 1.0f);
+    const Bf16Data w = RandomBf16(rng_, static_cast<size_t>(n) * s.k, 1.0f);
+    std::vector<float> ref(static_cast<size_t>(kMaxM) * n), abs_sum(ref.size());
+    MatMul(x.f.data(), w.f.data(), kMaxM, n, s.k, ref.data());
+    {
+      std::vector<float> x_abs = x.f, w_abs = w.f;
+      for (float& v : x_abs) v = std::abs(v);
+      for (float& v : w_abs) v = std::abs(v);
+      MatMul(x_abs.data(), w_abs.data(), kMaxM, n, s.k, abs_sum.data());
+    }
+    ASSERT_OK_AND_ASSIGN(auto d_x, Upload(x.bf));
+    ASSERT_OK_AND_ASSIGN(auto d_w, Upload(w.bf));
+    for (const int m : {1, 3, 17, kMaxM}) {
+      SCOPED_TRACE(absl::StrCat("m ", m));
+      const size_t count = static_cast<size_t>(m) * s.f;
+      ASSERT_OK_AND_ASSIGN(auto d_y, Poisoned(count));
+      ASSERT_OK(gemm->Run({.m = m,
+                           .n = n,
+                           .k = s.k,
+                           .x = d_x.data(),
+                           .w = d_w.data(),
+                           .y_bf16 = d_y.data(),
+                           .epilogue = GemmEpilogue::kSiluMul},
+                          stream_));
+      ASSERT_OK_AND_ASSIGN(const std::vector<bf16> y, Download(d_y));
+      ExpectGuardIntact(y, count);
+      for (int r = 0; r < m; ++r) {
+        for (int j = 0; j < s.f; ++j) {
+          const size_t gi = static_cast<size_t>(r) * n + j, ui = gi + s.f;
+          const double g = ref[gi], u = ref[ui];
+          const double want = g / (1.0 + std::exp(-g)) * u;
+          const double dg = GemmD(s.k, abs_sum[gi], 0), du = GemmD(s.k, abs_sum[ui], 0);
+          const double d =
+              1.1 * dg * (std::abs(u) + du) + std::abs(g) * du + 8 * kFp32U * std::abs(want);
+          const double tol = kBf16U * std::abs(want) + (1 + kBf16U) * d;
+          const double got = ToFloat(y[static_cast<size_t>(r) * s.f + j]);
+          ASSERT_LE(std::abs(got - want), tol)
+              << "row " << r << " col " << j << ": got " << got << " want " << want;
+        }
+      }
+    }
+  }
+  // More rows than the few-row kernel takes: refused, with the way out in the message.
+  ASSERT_OK_AND_ASSIGN(auto d_x, Poisoned(static_cast<size_t>(kMaxM + 1) * 264));
+  ASSERT_OK_AND_ASSIGN(auto d_w, Poisoned(static_cast<size_t>(200) * 264));
+  ASSERT_OK_AND_ASSIGN(auto d_y, Poisoned(static_cast<size_t>(kMaxM + 1) * 100));
+  const absl::Status refused = gemm->Run({.m = kMaxM + 1,
+                                          .n = 200,
+                                          .k = 264,
+                                          .x = d_x.data(),
+                                          .w = d_w.data(),
+                                          .y_bf16 = d_y.data(),
+                                          .epilogue = GemmEpilogue::kSiluMul},
+                                         stream_);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_NE(refused.message().find("LaunchSiluMul"), absl::string_view::npos) << refused;
+  EXPECT_FALSE(gemm->FewRows(kMaxM + 1));
+  EXPECT_TRUE(gemm->FewRows(kMaxM));
+  // By default up to 32 rows (gemm.h says why).
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GemmRunner> by_default,
+                       GemmRunner::Create(kDefaultGemmWorkspaceBytes));
+  EXPECT_TRUE(by_default->FewRows(32));
+  EXPECT_FALSE(by_default->FewRows(33));
+}
+
 // ---- Argument validation reads no device memory, so it is checked with made-up (aligned)
 // addresses and runs without a GPU. Each refusal is InvalidArgument naming the bad value.
 TEST(GemmArgsTest, BadArgumentsAreInvalidArgument) {
@@ -345,6 +536,14 @@ TEST(GemmArgsTest, BadArgumentsAreInvalidArgument) {
          a.y_f32 = reinterpret_cast<float*>(uintptr_t{0x5000});
        },
        "fp32"},
+      {"SiLU·mul with bias", [](GemmArgs& a) { a.epilogue = GemmEpilogue::kSiluMul; }, "no bias"},
+      {"SiLU·mul with odd n",
+       [](GemmArgs& a) {
+         a.epilogue = GemmEpilogue::kSiluMul;
+         a.bias = nullptr;
+         a.n = 999;
+       },
+       "n=999"},
   };
   for (const Case& c : cases) {
     GemmArgs args = good;

@@ -29,10 +29,9 @@ ModelShard::ModelShard(const ModelConfig& config, const TpPlan& plan, const Shar
       peer_(peer) {}
 
 const char* ShardOpName(ShardOp op) {
-  static const char* const kNames[] = {"start",    "embed",     "norm",      "qkv",
-                                       "kv_write", "attention", "o_proj",    "gate_up",
-                                       "silu_mul", "down",      "all_reduce", "head",
-                                       "choose",   "walk_commit"};
+  static const char* const kNames[] = {"start",      "embed",  "norm",    "qkv",        "kv_write",
+                                       "attention",  "o_proj", "gate_up", "silu_mul",   "down",
+                                       "all_reduce", "head",   "choose",  "walk_commit"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(ShardOp::kCount));
   return kNames[static_cast<int>(op)];
 }
@@ -84,18 +83,15 @@ absl::StatusOr<std::vector<double>> ModelShard::TakeOpTimes() {
   return ms;
 }
 
-absl::StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(const ModelConfig& config,
-                                                               const TpPlan& plan,
-                                                               const ShardOptions& options,
-                                                               const TensorSource& source,
-                                                               std::unique_ptr<Communicator> comm,
-                                                               PeerReduceGroup* peer) {
+absl::StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(
+    const ModelConfig& config, const TpPlan& plan, const ShardOptions& options,
+    const TensorSource& source, std::unique_ptr<Communicator> comm, PeerReduceGroup* peer) {
   if (options.rank < 0 || options.rank >= plan.world_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("shard rank ", options.rank, " of ",
-                                                   plan.world_size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard rank ", options.rank, " of ", plan.world_size()));
   }
-  std::unique_ptr<ModelShard> shard(
-      new ModelShard(config, plan, options, std::move(comm), plan.world_size() > 1 ? peer : nullptr));
+  std::unique_ptr<ModelShard> shard(new ModelShard(config, plan, options, std::move(comm),
+                                                   plan.world_size() > 1 ? peer : nullptr));
   RETURN_IF_ERROR(shard->Init(source));
   return shard;
 }
@@ -148,9 +144,9 @@ absl::Status ModelShard::Init(const TensorSource& source) {
 
   // One page more than the page table hands out: the scratch page that padded graph rows
   // write their K/V into.
-  ASSIGN_OR_RETURN(kv_, DeviceKvPool::Create(c.num_layers, options_.num_pages + 1,
-                                             options_.page_size, hkv, d));
-  ASSIGN_OR_RETURN(gemm_, GemmRunner::Create(kDefaultGemmWorkspaceBytes));
+  ASSIGN_OR_RETURN(
+      kv_, DeviceKvPool::Create(c.num_layers, options_.num_pages + 1, options_.page_size, hkv, d));
+  ASSIGN_OR_RETURN(gemm_, GemmRunner::Create(kDefaultGemmWorkspaceBytes, options_.gemm));
 
   const int rows = options_.max_rows;
   TreeAttentionOptions attn;
@@ -220,8 +216,8 @@ absl::Status ModelShard::ReduceNorm(int rows, bool add_residual, const bf16* wei
   const int hidden = config_.hidden_size;
   const float eps = config_.rms_norm_eps;
   if (peer_ != nullptr) {
-    CUDA_RETURN_IF_ERROR(peer_->Launch(options_.rank, ++peer_epoch_, rows, x_.data(),
-                                       add_residual, weight, hidden, eps, h_.data(), stream_));
+    CUDA_RETURN_IF_ERROR(peer_->Launch(options_.rank, ++peer_epoch_, rows, x_.data(), add_residual,
+                                       weight, hidden, eps, h_.data(), stream_));
     Mark(ShardOp::kAllReduce);
     return absl::OkStatus();
   }
@@ -311,7 +307,7 @@ absl::Status ModelShard::Layers(int rows) {
   const int32_t* positions = tokens + rows;
   const int32_t* slots = tokens + 2 * rows;
   auto gemm = [&](const bf16* x, const DeviceBuffer<bf16>& w, const DeviceBuffer<bf16>* bias, int n,
-                  int k, bf16* y) -> absl::Status {
+                  int k, bf16* y, GemmEpilogue epilogue = GemmEpilogue::kNone) -> absl::Status {
     if (k == 0) {  // a rank without MLP columns contributes zeros to the all-reduce
       CUDA_RETURN_IF_ERROR(
           cudaMemsetAsync(y, 0, static_cast<size_t>(rows) * n * sizeof(bf16), stream_));
@@ -326,6 +322,7 @@ absl::Status ModelShard::Layers(int rows) {
     a.w = w.data();
     a.bias = bias != nullptr && bias->size() > 0 ? bias->data() : nullptr;
     a.y_bf16 = y;
+    a.epilogue = epilogue;
     return gemm_->Run(a, stream_);
   };
 
@@ -351,7 +348,12 @@ absl::Status ModelShard::Layers(int rows) {
     RETURN_IF_ERROR(gemm(attn_.data(), w.wo, nullptr, hidden, hq * d, Partial()));
     Mark(ShardOp::kOProj);
     RETURN_IF_ERROR(ReduceNorm(rows, /*add_residual=*/true, w.post_norm.data()));
-    if (f > 0) {
+    if (f > 0 && gemm_->FewRows(rows)) {
+      // SiLU(gate) · up straight from the GEMM's fp32 sums.
+      RETURN_IF_ERROR(gemm(h_.data(), w.w_gate_up, nullptr, 2 * f, hidden, act_.data(),
+                           GemmEpilogue::kSiluMul));
+      Mark(ShardOp::kGateUp);
+    } else if (f > 0) {
       RETURN_IF_ERROR(gemm(h_.data(), w.w_gate_up, nullptr, 2 * f, hidden, gate_up_.data()));
       Mark(ShardOp::kGateUp);
       CUDA_RETURN_IF_ERROR(LaunchSiluMul(gate_up_.data(), gate_up_.data() + f, 2 * f, rows, f,
@@ -361,9 +363,9 @@ absl::Status ModelShard::Layers(int rows) {
     RETURN_IF_ERROR(gemm(act_.data(), w.w_down, nullptr, hidden, f, Partial()));
     Mark(ShardOp::kDown);
     // x += MLP; h = the next layer's input norm (the final norm after the last layer).
-    RETURN_IF_ERROR(ReduceNorm(rows, /*add_residual=*/true,
-                               l + 1 < c.num_layers ? layers_[l + 1].input_norm.data()
-                                                    : final_norm_.data()));
+    RETURN_IF_ERROR(
+        ReduceNorm(rows, /*add_residual=*/true,
+                   l + 1 < c.num_layers ? layers_[l + 1].input_norm.data() : final_norm_.data()));
   }
   GemmArgs head;
   head.m = rows;
@@ -386,10 +388,10 @@ absl::StatusOr<const float*> ModelShard::FullLogits(int rows) {
   const size_t vocab = config_.vocab_size;
   for (int q = 0; q < tp; ++q) {
     const TpRankPlan& p = plan_.ranks[q];
-    CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
-        full_.data() + p.vocab_begin, vocab * sizeof(float), gathered_.data() + q * rows * slice,
-        p.vocab_size() * sizeof(float), p.vocab_size() * sizeof(float), rows,
-        cudaMemcpyDeviceToDevice, stream_));
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpy2DAsync(full_.data() + p.vocab_begin, vocab * sizeof(float),
+                          gathered_.data() + q * rows * slice, p.vocab_size() * sizeof(float),
+                          p.vocab_size() * sizeof(float), rows, cudaMemcpyDeviceToDevice, stream_));
   }
   return static_cast<const float*>(full_.data());
 }
@@ -401,10 +403,10 @@ absl::Status ModelShard::Choose(int row0, int rows, const StepLayout& layout, bo
     CUDA_RETURN_IF_ERROR(LaunchArgmaxPartial(logits_.data(), rows, rank_.vocab_size(),
                                              rank_.vocab_begin, part_max_.data(), part_idx_.data(),
                                              stream_));
-    RETURN_IF_ERROR(comm_->AllGather(part_max_.data(), all_max_.data(), rows, CommType::kFloat32,
-                                     stream_));
-    RETURN_IF_ERROR(comm_->AllGather(part_idx_.data(), all_idx_.data(), rows, CommType::kInt32,
-                                     stream_));
+    RETURN_IF_ERROR(
+        comm_->AllGather(part_max_.data(), all_max_.data(), rows, CommType::kFloat32, stream_));
+    RETURN_IF_ERROR(
+        comm_->AllGather(part_idx_.data(), all_idx_.data(), rows, CommType::kInt32, stream_));
     CUDA_RETURN_IF_ERROR(
         LaunchArgmaxCombine(all_max_.data(), all_idx_.data(), tp, rows, choice, stream_));
     Mark(ShardOp::kChoose);

@@ -10,6 +10,7 @@
 //   a   = tree attention(q)                       TreeAttention (rank's heads)
 //   x  += all-reduce(a · Woᵀ); h = RMSNorm(x)                    (row-parallel o_proj)
 //   x  += all-reduce((SiLU(h · Wgateᵀ) * (h · Wupᵀ)) · Wdownᵀ); h = next RMSNorm(x)
+//                                                  (few rows: SiLU·mul in the GEMM's epilogue)
 // with a vocab-parallel embedding (zero rows outside the slice, then an all-reduce) and a
 // vocab-parallel LM head: logits [rows, vocab slice] in fp32. Each "all-reduce; add; norm" is
 // one PeerReduceGroup kernel when the GPUs have peer access (the GEMM writes its partials into
@@ -44,12 +45,12 @@ namespace treespec::gpu {
 enum class ShardOp {
   kStart,  // not an op: the mark that begins a timed stretch
   kEmbed,
-  kNorm,        // residual add + RMSNorm
-  kQkv,         // the QKV GEMM
-  kKvWrite,     // RoPE (+ q/k norm) and the paged K/V write
-  kAttention,   // tree attention
-  kOProj,       // the o_proj GEMM
-  kGateUp,      // the gate/up GEMM
+  kNorm,       // residual add + RMSNorm
+  kQkv,        // the QKV GEMM
+  kKvWrite,    // RoPE (+ q/k norm) and the paged K/V write
+  kAttention,  // tree attention
+  kOProj,      // the o_proj GEMM
+  kGateUp,     // the gate/up GEMM
   kSiluMul,
   kDown,        // the down_proj GEMM
   kAllReduce,   // tp > 1
@@ -63,7 +64,7 @@ const char* ShardOpName(ShardOp op);
 struct ShardOptions {
   int device = 0;
   int rank = 0;
-  int num_pages = 0;      // KV pool pages (the page table is the model's, shared by all ranks)
+  int num_pages = 0;  // KV pool pages (the page table is the model's, shared by all ranks)
   int page_size = 16;
   int max_rows = 2048;    // rows per forward chunk
   size_t step_bytes = 0;  // verify-step input buffer (StepInputs)
@@ -72,6 +73,7 @@ struct ShardOptions {
   // tp == 1: replay each forward as a CUDA graph per bucket of rows (powers of two; the rows
   // past the real ones compute on a scratch KV slot and are ignored).
   bool cuda_graphs = true;
+  GemmOptions gemm;
 };
 
 // Where the verify step's inputs lie in step_in() (byte offsets, set by the model).
@@ -89,12 +91,9 @@ class ModelShard {
  public:
   // Makes the rank's weights from `source` and allocates everything on options.device. `peer`
   // (may be null: NCCL all-reduces) must outlive the shard.
-  static absl::StatusOr<std::unique_ptr<ModelShard>> Create(const ModelConfig& config,
-                                                            const TpPlan& plan,
-                                                            const ShardOptions& options,
-                                                            const TensorSource& source,
-                                                            std::unique_ptr<Communicator> comm,
-                                                            PeerReduceGroup* peer);
+  static absl::StatusOr<std::unique_ptr<ModelShard>> Create(
+      const ModelConfig& config, const TpPlan& plan, const ShardOptions& options,
+      const TensorSource& source, std::unique_ptr<Communicator> comm, PeerReduceGroup* peer);
   ~ModelShard();
   ModelShard(const ModelShard&) = delete;
   ModelShard& operator=(const ModelShard&) = delete;
@@ -187,13 +186,13 @@ class ModelShard {
   DeviceBuffer<float> logits_;    // [max_rows, max vocab slice] (rows of the rank's slice)
   DeviceBuffer<float> gathered_;  // tp > 1: [tp, max_rows, max vocab slice]
   DeviceBuffer<float> full_;      // tp > 1: [max_rows, vocab]
-  DeviceBuffer<float> part_max_, all_max_;      // tp > 1 greedy: [max_rows], [tp, max_rows]
-  DeviceBuffer<int32_t> part_idx_, all_idx_;    // the ids of those maxima
-  DeviceBuffer<int32_t> rows_meta_;             // [3, max_rows]
-  DeviceBuffer<int32_t> commit_meta_;           // CommitPath's meta
-  DeviceBuffer<unsigned char> step_in_;         // verify-step inputs (StepLayout)
-  DeviceBuffer<int32_t> choice_;                // [step_rows]
-  DeviceBuffer<int32_t> step_out_;              // walk outputs
+  DeviceBuffer<float> part_max_, all_max_;    // tp > 1 greedy: [max_rows], [tp, max_rows]
+  DeviceBuffer<int32_t> part_idx_, all_idx_;  // the ids of those maxima
+  DeviceBuffer<int32_t> rows_meta_;           // [3, max_rows]
+  DeviceBuffer<int32_t> commit_meta_;         // CommitPath's meta
+  DeviceBuffer<unsigned char> step_in_;       // verify-step inputs (StepLayout)
+  DeviceBuffer<int32_t> choice_;              // [step_rows]
+  DeviceBuffer<int32_t> step_out_;            // walk outputs
 
   // CUDA graphs (tp == 1): per bucket log2(rows), the graph of Layers(rows) and the attention
   // grid it was captured with.

@@ -58,6 +58,28 @@ __device__ __forceinline__ void StoreBf16(const Floats<kVec>& f, __nv_bfloat16* 
   }
 }
 
+// Programmatic dependent launch (sm_90 and later). A kernel launched as a programmatic
+// dependent of the stream's previous kernel (the few-row GEMM, skinny_gemm.h) may start once
+// every CTA of that kernel has called AllowDependentLaunch (or exited), and must call
+// WaitForPriorGrid before it touches anything the previous kernels write: that waits for their
+// completion and their memory. Both are no-ops for launches without the attribute.
+__device__ __forceinline__ void AllowDependentLaunch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void WaitForPriorGrid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// silu(g) · u = g / (1 + exp(-g)) · u in fp32 with the full-precision expf: the arithmetic of
+// the CPU reference (SiluMul in cpu_ops.h), for every kernel that gates the MLP.
+__device__ __forceinline__ float SiluTimes(float g, float u) {
+  return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+}
+
 // Sum over a warp by butterfly shuffles; every lane gets the total.
 __device__ __forceinline__ float WarpSum(float v) {
 #pragma unroll

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/cuda/kernels/common.cuh"
+
 namespace treespec::gpu::kernels {
 
 // One block per token. A pure copy, so it moves raw bits: uint4 (8 bf16) per access when
@@ -17,6 +19,7 @@ template <int kVec>
 __global__ void EmbeddingKernel(const __nv_bfloat16* __restrict__ table, int vocab_begin,
                                 int vocab_rows, int hidden, const int32_t* __restrict__ token_ids,
                                 __nv_bfloat16* __restrict__ out) {
+  AllowDependentLaunch();  // the next GEMM may start loading its weights
   using Pack = std::conditional_t<kVec == 8, uint4, uint16_t>;
   const int row = blockIdx.x;
   const int64_t local = static_cast<int64_t>(token_ids[row]) - vocab_begin;

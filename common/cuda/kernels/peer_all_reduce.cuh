@@ -29,8 +29,8 @@ struct PeerReduceArgs {
   uint64_t* flags[kPeerMaxRanks];  // every rank's flags [kPeerMaxBlocks][kPeerMaxRanks]
   int ranks;
   int rank;
-  uint64_t epoch;             // this call's number, the same on every rank, > every earlier one
-  uint64_t timeout_ns;        // a block that waits longer traps (a peer that never came)
+  uint64_t epoch;       // this call's number, the same on every rank, > every earlier one
+  uint64_t timeout_ns;  // a block that waits longer traps (a peer that never came)
 };
 
 __device__ __forceinline__ void StoreRelease(uint64_t* p, uint64_t v) {
@@ -73,6 +73,7 @@ __global__ void PeerAllReduceRmsNormKernel(PeerReduceArgs a, int rows, __nv_bflo
                                            bool add_residual,
                                            const __nv_bfloat16* __restrict__ weight, int n,
                                            float eps, __nv_bfloat16* out) {
+  AllowDependentLaunch();  // the next GEMM may start loading its weights
   PeerBarrier(a);
   const int num_packs = n / kVec;
   for (int row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -94,8 +95,7 @@ __global__ void PeerAllReduceRmsNormKernel(PeerReduceArgs a, int rows, __nv_bflo
 #pragma unroll
       for (int i = 0; i < kVec; ++i) {
         const float sum = __bfloat162float(__float2bfloat16_rn(s.v[i]));
-        v.v[i] = add_residual ? __bfloat162float(__float2bfloat16_rn(__fadd_rn(v.v[i], sum)))
-                              : sum;
+        v.v[i] = add_residual ? __bfloat162float(__float2bfloat16_rn(__fadd_rn(v.v[i], sum))) : sum;
       }
       StoreBf16<kVec>(v, xr + p * kVec);  // exact: v holds bf16 values
 #pragma unroll

@@ -41,6 +41,7 @@ template <int kVec>
 __global__ void AddRmsNormKernel(__nv_bfloat16* x, const __nv_bfloat16* residual,
                                  const __nv_bfloat16* __restrict__ weight, int n, float eps,
                                  __nv_bfloat16* out) {
+  AllowDependentLaunch();  // the next GEMM may start loading its weights
   const int64_t row_offset = static_cast<int64_t>(blockIdx.x) * n;
   __nv_bfloat16* xr = x + row_offset;
   __nv_bfloat16* outr = out + row_offset;

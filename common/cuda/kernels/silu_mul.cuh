@@ -18,6 +18,7 @@ namespace treespec::gpu::kernels {
 template <int kVec>
 __global__ void SiluMulKernel(const __nv_bfloat16* gate, const __nv_bfloat16* up, int64_t in_stride,
                               int rows, int cols, __nv_bfloat16* out) {
+  AllowDependentLaunch();  // the next GEMM may start loading its weights
   const int packs_per_row = cols / kVec;
   const int64_t num_packs = static_cast<int64_t>(rows) * packs_per_row;
   for (int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; p < num_packs;
@@ -29,7 +30,7 @@ __global__ void SiluMulKernel(const __nv_bfloat16* gate, const __nv_bfloat16* up
     Floats<kVec> o;
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {
-      o.v[i] = __fmul_rn(__fdiv_rn(g.v[i], __fadd_rn(1.0f, expf(-g.v[i]))), u.v[i]);
+      o.v[i] = SiluTimes(g.v[i], u.v[i]);
     }
     StoreBf16<kVec>(o, out + row * cols + col);
   }

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 
+#include "common/cuda/kernels/common.cuh"
 #include "common/cuda/kernels/mma.cuh"
 #include "common/cuda/paged_kv.h"
 #include "common/cuda/tree_attention_plan.h"
@@ -89,6 +90,7 @@ __device__ __forceinline__ float QuadSum(float v) {
 
 template <int kHeadDim>
 __global__ void __launch_bounds__(kAttnThreads) TreeAttentionKernel(const TreeAttentionArgs args) {
+  AllowDependentLaunch();  // the next GEMM may start loading its weights
   constexpr int D = kHeadDim;
   constexpr int kStages = AttnStages<D>();
   constexpr int kChunks = D / 8;              // 16-byte chunks per row

@@ -1,0 +1,172 @@
+// treespec-gemm-bench: the GEMMs of a verify step (few rows, Llama-3-8B weights) against their
+// memory floor, through each kernel GemmRunner can use: cuBLASLt, and our few-row kernel with
+// and without programmatic dependent launch (gemm.h, skinny_gemm.h).
+//
+//   treespec-gemm-bench [--rows=1,16,32,64] [--tp=1] [--chain=24] [--reps=10] [--json=out.json]
+//
+// Per shape (qkv, o_proj, gate_up, gate_silu = gate_up with the SiLU·mul epilogue, down,
+// lm_head; each rank's slice for --tp) and row count:
+//   chain_us  = one GEMM's share of a chain of --chain back-to-back GEMMs, each through its own
+//               copy of the weights (more bytes than L2 holds), as the layers of a step run
+//               them: the median chain of --reps;
+//   single_us = one GEMM after overwriting a buffer larger than L2: the median of --reps;
+//   floor_us  = (w + x + y bytes) / copy bandwidth (measured here first).
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "bench/gpu_ceilings.h"
+#include "common/cuda/cuda_check.h"
+#include "common/cuda/device_buffer.h"
+#include "common/cuda/gemm.h"
+#include "common/cuda/skinny_gemm.h"
+#include "common/util/status_macros.h"
+
+ABSL_FLAG(std::vector<std::string>, rows, std::vector<std::string>({"1", "16", "32", "64"}),
+          "rows of x (tokens of the step)");
+ABSL_FLAG(int, tp, 1, "tensor-parallel ranks: the shapes are one rank's slices");
+ABSL_FLAG(int, chain, 24, "GEMMs per timed chain");
+ABSL_FLAG(int, reps, 10, "timed chains (and single launches) per point");
+ABSL_FLAG(std::string, json, "", "also write the results here");
+
+namespace treespec::gpu {
+namespace {
+
+constexpr size_t kFlushBytes = size_t{512} << 20;  // > L2 (50 MiB on H100/H200)
+constexpr size_t kChainBytes = size_t{1} << 30;    // weight copies of a chain: >= 1 GiB
+
+struct Shape {
+  const char* name;
+  int n, k;
+  bool f32_output;
+  GemmEpilogue epilogue = GemmEpilogue::kNone;  // kSiluMul: the few-row kernel only
+};
+
+struct Kernel {
+  const char* name;
+  GemmOptions options;
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+absl::StatusOr<nlohmann::json> RunCase(const Shape& s, int rows, const Kernel& kernel,
+                                       const GpuCeilings& ceilings,
+                                       DeviceBuffer<unsigned char>& flush, cudaStream_t stream) {
+  ASSIGN_OR_RETURN(std::unique_ptr<GemmRunner> gemm,
+                   GemmRunner::Create(kDefaultGemmWorkspaceBytes, kernel.options));
+  const size_t w_elems = static_cast<size_t>(s.n) * s.k;
+  const int copies = static_cast<int>(
+      std::max<size_t>(1, std::min<size_t>(absl::GetFlag(FLAGS_chain),
+                                           (kChainBytes + w_elems * 2 - 1) / (w_elems * 2))));
+  std::vector<DeviceBuffer<__nv_bfloat16>> weights;
+  for (int c = 0; c < copies; ++c) {
+    ASSIGN_OR_RETURN(DeviceBuffer<__nv_bfloat16> w, RandomBf16Buffer(w_elems, 7 + c));
+    weights.push_back(std::move(w));
+  }
+  ASSIGN_OR_RETURN(auto x, RandomBf16Buffer(static_cast<size_t>(rows) * s.k, 3));
+  const bool silu_mul = s.epilogue == GemmEpilogue::kSiluMul;
+  const int y_cols = silu_mul ? s.n / 2 : s.n;
+  ASSIGN_OR_RETURN(auto y_bf16,
+                   DeviceBuffer<__nv_bfloat16>::Create(s.f32_output ? 0 : rows * y_cols));
+  ASSIGN_OR_RETURN(auto y_f32, DeviceBuffer<float>::Create(s.f32_output ? rows * s.n : 0));
+  auto run = [&](int copy) {
+    GemmArgs a;
+    a.m = rows;
+    a.n = s.n;
+    a.k = s.k;
+    a.x = x.data();
+    a.w = weights[copy % copies].data();
+    a.y_bf16 = s.f32_output ? nullptr : y_bf16.data();
+    a.y_f32 = s.f32_output ? y_f32.data() : nullptr;
+    a.epilogue = s.epilogue;
+    return gemm->Run(a, stream);
+  };
+  const int chain = absl::GetFlag(FLAGS_chain), reps = absl::GetFlag(FLAGS_reps);
+  ASSIGN_OR_RETURN(const std::vector<double> chains,
+                   TimeEnqueued(stream, 1, reps, [&]() -> absl::Status {
+                     for (int i = 0; i < chain; ++i) RETURN_IF_ERROR(run(i));
+                     return absl::OkStatus();
+                   }));
+  std::vector<double> singles;
+  for (int r = 0; r < reps; ++r) {
+    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flush.data(), r & 0xff, flush.bytes(), stream));
+    ASSIGN_OR_RETURN(const std::vector<double> one,
+                     TimeEnqueued(stream, 0, 1, [&]() { return run(r); }));
+    singles.push_back(one[0]);
+  }
+  const double bytes =
+      2.0 * w_elems + 2.0 * rows * s.k + (s.f32_output ? 4.0 : 2.0) * rows * y_cols;
+  const double floor_us = bytes / ceilings.copy_bandwidth * 1e6;
+  const double chain_us = Median(chains) / chain * 1e6, single_us = Median(singles) * 1e6;
+  return nlohmann::json{{"gemm", s.name},
+                        {"n", s.n},
+                        {"k", s.k},
+                        {"rows", rows},
+                        {"kernel", kernel.name},
+                        {"chain_us", chain_us},
+                        {"single_us", single_us},
+                        {"floor_us", floor_us},
+                        {"chain_ratio", chain_us / floor_us},
+                        {"single_ratio", single_us / floor_us},
+                        {"chain_bytes_per_s", bytes / (chain_us * 1e-6)}};
+}
+
+absl::Status Main() {
+  const int tp = absl::GetFlag(FLAGS_tp);
+  if (tp < 1) return absl::InvalidArgumentError("--tp must be >= 1");
+  cudaStream_t stream = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  ASSIGN_OR_RETURN(const GpuCeilings ceilings, MeasureGpuCeilings(stream));
+  ASSIGN_OR_RETURN(auto flush, DeviceBuffer<unsigned char>::Create(kFlushBytes));
+  // Llama-3-8B: hidden 4096, 32 q / 8 kv heads of 128, MLP 14336, vocabulary 128256.
+  const Shape shapes[] = {{"qkv", (32 + 2 * 8) * 128 / tp, 4096, false},
+                          {"o_proj", 4096, 32 * 128 / tp, false},
+                          {"gate_up", 2 * 14336 / tp, 4096, false},
+                          {"gate_silu", 2 * 14336 / tp, 4096, false, GemmEpilogue::kSiluMul},
+                          {"down", 4096, 14336 / tp, false},
+                          {"lm_head", (128256 + tp - 1) / tp, 4096, true}};
+  const Kernel kernels[] = {
+      {"cublaslt", {.skinny_max_rows = 0}},
+      {"few_row", {.skinny_max_rows = kSkinnyMaxRows, .dependent_launch = false}},
+      {"few_row_pdl", {.skinny_max_rows = kSkinnyMaxRows}}};
+  std::printf("%s: copy %.3g B/s; tp %d\n", ceilings.device.c_str(), ceilings.copy_bandwidth, tp);
+  std::printf("%8s %5s %6s %12s %9s %9s %9s %7s %7s %6s\n", "gemm", "n", "k", "kernel", "rows",
+              "chain_us", "single_us", "floor", "chain×", "TB/s");
+  nlohmann::json results = nlohmann::json::array();
+  for (const std::string& r : absl::GetFlag(FLAGS_rows)) {
+    const int rows = std::stoi(r);
+    for (const Shape& s : shapes) {
+      for (const Kernel& kernel : kernels) {
+        if (s.epilogue != GemmEpilogue::kNone && kernel.options.skinny_max_rows == 0) continue;
+        ASSIGN_OR_RETURN(nlohmann::json j, RunCase(s, rows, kernel, ceilings, flush, stream));
+        std::printf("%8s %5d %6d %12s %9d %9.2f %9.2f %7.2f %7.2f %6.2f\n", s.name, s.n, s.k,
+                    kernel.name, rows, j["chain_us"].get<double>(), j["single_us"].get<double>(),
+                    j["floor_us"].get<double>(), j["chain_ratio"].get<double>(),
+                    j["chain_bytes_per_s"].get<double>() / 1e12);
+        std::fflush(stdout);
+        results.push_back(std::move(j));
+      }
+    }
+  }
+  WriteBenchJson(absl::GetFlag(FLAGS_json), ceilings, results, {{"tp", tp}});
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace treespec::gpu
+
+int main(int argc, char** argv) {
+  return treespec::gpu::BenchMain(argc, argv, "treespec-gemm-bench", treespec::gpu::Main);
+}

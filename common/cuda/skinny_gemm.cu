@@ -1,0 +1,96 @@
+#include <algorithm>
+#include <cstdint>
+
+#include "common/cuda/kernels/skinny_gemm.cuh"
+#include "common/cuda/launch_util.h"
+#include "common/cuda/skinny_gemm.h"
+
+namespace treespec::gpu {
+namespace {
+
+template <int kTok, bool kGated>
+cudaError_t Configure() {
+  return cudaFuncSetAttribute(&kernels::SkinnyGemmKernel<kTok, kGated>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              kernels::SkinnySharedBytes<kTok>());
+}
+
+template <int kTok, bool kGated>
+cudaError_t Launch(const kernels::SkinnyGemmArgs& a, const SkinnyGemmShape& shape,
+                   bool dependent_launch, cudaStream_t stream) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(shape.tiles, shape.splits);
+  config.blockDim = dim3(kernels::kSkinnyThreads);
+  config.dynamicSmemBytes = kernels::SkinnySharedBytes<kTok>();
+  config.stream = stream;
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = dependent_launch ? 1 : 0;
+  return cudaLaunchKernelEx(&config, &kernels::SkinnyGemmKernel<kTok, kGated>, a);
+}
+
+template <bool kGated>
+cudaError_t LaunchTok(const kernels::SkinnyGemmArgs& a, int m, const SkinnyGemmShape& shape,
+                      bool dependent_launch, cudaStream_t stream) {
+  if (m <= 8) return Launch<1, kGated>(a, shape, dependent_launch, stream);
+  if (m <= 16) return Launch<2, kGated>(a, shape, dependent_launch, stream);
+  if (m <= 32) return Launch<4, kGated>(a, shape, dependent_launch, stream);
+  return Launch<8, kGated>(a, shape, dependent_launch, stream);
+}
+
+}  // namespace
+
+SkinnyGemmShape PlanSkinnyGemm(int n, int k, bool silu_mul, int num_sms, size_t partial_floats,
+                               int max_counters) {
+  SkinnyGemmShape shape;
+  shape.silu_mul = silu_mul;
+  shape.tiles = static_cast<int>(silu_mul ? internal::CeilDiv(n / 2, kernels::kSkinnyRowsW / 2)
+                                          : internal::CeilDiv(n, kernels::kSkinnyRowsW));
+  shape.k_steps = static_cast<int>(internal::CeilDiv(k, kernels::kSkinnyStepK));
+  constexpr int64_t kMinStepsPerSplit = 4;
+  const int64_t by_sms = 2 * static_cast<int64_t>(num_sms) / shape.tiles;
+  const int64_t splits = std::max<int64_t>(1, std::min(by_sms, shape.k_steps / kMinStepsPerSplit));
+  const size_t partials =
+      static_cast<size_t>(splits) * shape.tiles * kernels::kSkinnyRowsW * kSkinnyMaxRows;
+  if (splits == 1 || (partials <= partial_floats && shape.tiles <= max_counters)) {
+    shape.splits = static_cast<int>(splits);
+  }
+  return shape;
+}
+
+cudaError_t ConfigureSkinnyGemm() {
+  for (cudaError_t e :
+       {Configure<1, false>(), Configure<2, false>(), Configure<4, false>(), Configure<8, false>(),
+        Configure<1, true>(), Configure<2, true>(), Configure<4, true>(), Configure<8, true>()}) {
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t LaunchSkinnyGemm(const GemmArgs& args, const SkinnyGemmShape& shape, float* partials,
+                             int* counters, bool dependent_launch, cudaStream_t stream) {
+  if (args.m < 1 || args.m > kSkinnyMaxRows || shape.splits < 1) {
+    return cudaErrorInvalidValue;
+  }
+  kernels::SkinnyGemmArgs a;
+  a.x = args.x;
+  a.w = args.w;
+  a.bias = args.bias;
+  a.y_bf16 = args.y_bf16;
+  a.y_f32 = args.y_f32;
+  a.m = args.m;
+  a.n = args.n;
+  a.k = args.k;
+  a.tiles = shape.tiles;
+  a.k_steps = shape.k_steps;
+  a.splits = shape.splits;
+  a.partials = partials;
+  a.counters = counters;
+  if (shape.silu_mul != (args.epilogue == GemmEpilogue::kSiluMul)) return cudaErrorInvalidValue;
+  if (shape.silu_mul) return LaunchTok<true>(a, args.m, shape, dependent_launch, stream);
+  return LaunchTok<false>(a, args.m, shape, dependent_launch, stream);
+}
+
+}  // namespace treespec::gpu
