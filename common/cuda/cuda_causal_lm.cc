@@ -83,12 +83,15 @@ class CudaCausalLm final : public CausalLm {
   // Returns when no shard still reads staging_ or step_staging_.
   absl::Status WaitStaged();
   // The verify step's device inputs (StepLayout), packed into step_staging_ for rows in `order`
-  // (the first num_trees entries are trees); `bytes` of it are used, `greedy` marks the rows
-  // chosen greedily.
+  // (the first num_trees entries are trees); `bytes` of it are used, `argmax_only` marks the
+  // rows whose choice needs no full logits: greedy rows, and a prefill's rows before its last
+  // (their choice is never read), so that under tp > 1 a chunk of such rows exchanges only
+  // (max, id) per rank instead of all-gathering its logits (2048 rows × a 128k vocabulary
+  // would be 1 GB).
   struct PackedStep {
     StepLayout layout;
     size_t bytes = 0;
-    std::vector<char> greedy;
+    std::vector<char> argmax_only;
   };
   PackedStep PackStep(absl::Span<const SeqTree> batch, absl::Span<const StepSpec> specs,
                       absl::Span<const int> order, int num_trees,
@@ -243,7 +246,7 @@ absl::StatusOr<std::vector<StepResult>> CudaCausalLm::VerifyStep(absl::Span<cons
   const PackedStep packed =
       PackStep(batch, specs, order, num_trees, depths, total_rows, step_pages);
   const StepLayout& layout = packed.layout;
-  const std::vector<char>& greedy = packed.greedy;
+  const std::vector<char>& argmax_only = packed.argmax_only;
   unsigned char* const host = step_staging_.data();
   const size_t step_bytes = packed.bytes;
 
@@ -256,8 +259,9 @@ absl::StatusOr<std::vector<StepResult>> CudaCausalLm::VerifyStep(absl::Span<cons
   }));
   RETURN_IF_ERROR(
       RunChunks(batch, order, depths, [&](ModelShard& shard, int row0, int rows) -> absl::Status {
-        const bool all_greedy = std::all_of(greedy.begin() + row0, greedy.begin() + row0 + rows,
-                                            [](char g) { return g != 0; });
+        const bool all_greedy =
+            std::all_of(argmax_only.begin() + row0, argmax_only.begin() + row0 + rows,
+                        [](char g) { return g != 0; });
         return shard.Choose(row0, rows, layout, all_greedy);
       }));
 
@@ -340,7 +344,7 @@ CudaCausalLm::PackedStep CudaCausalLm::PackStep(absl::Span<const SeqTree> batch,
   auto* committed = reinterpret_cast<int32_t*>(host + layout.committed);
   auto* page_offsets = reinterpret_cast<int32_t*>(host + layout.page_offsets);
   auto* page_table = reinterpret_cast<int32_t*>(host + layout.page_table);
-  packed.greedy.resize(total_rows);
+  packed.argmax_only.resize(total_rows);
   int row = 0;
   node_offsets[0] = 0;
   page_offsets[0] = 0;
@@ -357,7 +361,7 @@ CudaCausalLm::PackedStep CudaCausalLm::PackStep(absl::Span<const SeqTree> batch,
       r.top_k = spec.sampling.top_k;
       r.seed = spec.sampling.seed;
       r.position = spec.prefill ? t.committed_len + node + 1 : t.committed_len + depth[node] + 1;
-      packed.greedy[row] = !(r.temperature > 0.0f);
+      packed.argmax_only[row] = !(r.temperature > 0.0f) || (spec.prefill && node + 1 < n);
       if (i < num_trees) {
         walk_tokens[row] = t.tokens[node];
         walk_parents[row] = t.parents[node];

@@ -220,16 +220,21 @@ TEST(CudaCausalLmTest, ChunkedForwardMatchesCpu) {
 // same model (CausalLm::VerifyStep: Forward, ChooseToken, WalkTree, Commit): identical logits
 // on both sides, so identical paths and tokens, step after step, for a batch mixing prefills
 // and trees, greedy and sampled requests. A wrong commit shows up in the later steps.
-// Sequence 1 samples on even steps only, so odd steps are all greedy (under tp > 1 the ranks
-// then exchange (max, id) pairs instead of logits) and even steps mix greedy and sampled rows.
-void CheckDeviceVerifyStep(int tp) {
+// Sequence 1 samples on odd steps only, so even steps are all greedy (under tp > 1 the ranks
+// then exchange (max, id) pairs instead of logits) and odd steps mix greedy and sampled rows,
+// starting with sequence 1's sampled prefill at step 1. With `max_rows` small that prefill runs
+// in several chunks, the ones before its last row choosing by (max, id) exchange alone (their
+// choices are never read).
+void CheckDeviceVerifyStep(int tp, int max_rows = 2048) {
   ModelConfig config = testing::TinyTargetConfig();
   config.vocab_size = 16;  // tiny, so random trees are often accepted several nodes deep
   LmOptions options;
   options.max_batch = 4;
   options.tensor_parallel = tp;
-  auto device_lm = CreateCudaCausalLm(config, testing::RandomWeights(config, 21), options);
-  auto host_lm = CreateCudaCausalLm(config, testing::RandomWeights(config, 21), options);
+  CudaLmOptions cuda;
+  cuda.max_rows = max_rows;
+  auto device_lm = CreateCudaCausalLm(config, testing::RandomWeights(config, 21), options, cuda);
+  auto host_lm = CreateCudaCausalLm(config, testing::RandomWeights(config, 21), options, cuda);
   ASSERT_TRUE(device_lm.ok() && host_lm.ok());
   CausalLm& dev = **device_lm;
   CausalLm& host = **host_lm;
@@ -267,7 +272,7 @@ void CheckDeviceVerifyStep(int tp) {
       t.seq = hs[i];
       hbatch.push_back(t);
     }
-    specs[1].sampling.temperature = step % 2 == 0 ? 0.9f : 0.0f;
+    specs[1].sampling.temperature = step % 2 == 1 ? 0.9f : 0.0f;
     std::vector<StepSpec> step_specs;
     for (int i = 0; i < kSeqs; ++i) {
       if (step >= i) step_specs.push_back(specs[i]);
@@ -329,6 +334,7 @@ TEST(CudaCausalLmTest, TensorParallelTwoGpus) {
   CheckModel("uneven qwen2-style tp=2, NCCL all-reduces", uneven, Random(uneven, 8), 2048, 2,
              /*peer=*/false);
   CheckDeviceVerifyStep(2);
+  CheckDeviceVerifyStep(2, /*max_rows=*/8);
 
   // TP=2 against TP=1 directly, same weights and batches: the uneven model's prefill of 200
   // tokens and a 33-node tree after it.
