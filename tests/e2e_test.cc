@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "gmock/gmock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/generate_client.h"
 #include "tests/process.h"
@@ -53,9 +54,9 @@ class E2eTest : public ::testing::Test {
                                  "--model=" + kRoot + "/models/tiny-target",
                                  "--drafter=" + drafter_addr, "--draft_timeout_ms=200"},
         logs_ + "/verifier.log");
-    const std::string addr = verifier_->WaitForAddress(60);
-    ASSERT_FALSE(addr.empty()) << verifier_->Stderr();
-    stub_ = v1::Generation::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
+    addr_ = verifier_->WaitForAddress(60);
+    ASSERT_FALSE(addr_.empty()) << verifier_->Stderr();
+    stub_ = v1::Generation::NewStub(grpc::CreateChannel(addr_, grpc::InsecureChannelCredentials()));
   }
   void TearDown() override {
     verifier_->Signal(SIGTERM);
@@ -65,7 +66,7 @@ class E2eTest : public ::testing::Test {
     fs::remove_all(logs_);
   }
 
-  std::string logs_;
+  std::string logs_, addr_;
   std::unique_ptr<ChildProcess> drafter_, verifier_;
   std::unique_ptr<v1::Generation::Stub> stub_;
 };
@@ -104,6 +105,47 @@ TEST_F(E2eTest, DrafterKilledMidRunChangesNoOutput) {
   const Outcome after = Generate(stub_.get(), kPrompts[1], v1::SPECULATION_MODE_AUTO, 200);
   ASSERT_TRUE(after.status.ok());
   EXPECT_EQ(after.ids, plain.ids);
+}
+
+// SIGTERM drains the verifier: its health goes NOT_SERVING, a new request gets UNAVAILABLE
+// (naming the drain), the request already streaming runs to its end, and the process exits 0.
+TEST_F(E2eTest, SigtermDrainsRunningRequests) {
+  constexpr int kMaxNew = 600;
+  grpc::ClientContext ctx;
+  auto reader = stub_->Generate(&ctx, TextRequest(kPrompts[0], v1::SPECULATION_MODE_AUTO, kMaxNew));
+  v1::GenerateResponse response;
+  ASSERT_TRUE(reader->Read(&response));  // running
+  int tokens = response.token_ids_size();
+  verifier_->Signal(SIGTERM);
+
+  auto health = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel(addr_, grpc::InsecureChannelCredentials()));
+  grpc::health::v1::HealthCheckResponse::ServingStatus status =
+      grpc::health::v1::HealthCheckResponse::UNKNOWN;
+  for (int i = 0; i < 250 && status != grpc::health::v1::HealthCheckResponse::NOT_SERVING; ++i) {
+    grpc::ClientContext hctx;
+    grpc::health::v1::HealthCheckResponse r;
+    if (health->Check(&hctx, grpc::health::v1::HealthCheckRequest(), &r).ok()) status = r.status();
+    if (status != grpc::health::v1::HealthCheckResponse::NOT_SERVING) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  EXPECT_EQ(status, grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  const Outcome refused = Generate(stub_.get(), kPrompts[1], v1::SPECULATION_MODE_OFF, 8);
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("draining"));
+
+  int after_signal = 0;
+  while (reader->Read(&response)) {
+    tokens += response.token_ids_size();
+    after_signal += response.token_ids_size();
+  }
+  const grpc::Status finished = reader->Finish();
+  ASSERT_TRUE(finished.ok()) << finished.error_message();
+  EXPECT_GT(after_signal, 0) << "the request ended before the signal: nothing was drained";
+  EXPECT_EQ(tokens, kMaxNew);
+  EXPECT_EQ(response.finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(verifier_->Wait(60), 0) << verifier_->Stderr();
 }
 
 TEST_F(E2eTest, ClientCancelFreesKvPages) {

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/model/sampling.h"
 #include "common/util/log.h"
 #include "verifier_service/output_processor.h"
@@ -221,6 +222,10 @@ absl::StatusOr<uint64_t> Engine::Submit(GenerationRequest request,
   active->start = absl::Now();
   std::lock_guard<std::mutex> lock(mu_);
   if (shutdown_) return absl::UnavailableError("the server is shutting down; retry elsewhere");
+  if (draining_) {
+    return absl::UnavailableError(
+        "the server is draining (shutting down after its running requests); retry elsewhere");
+  }
   if (static_cast<int>(queue_.size()) >= options_.max_queue) {
     return absl::ResourceExhaustedError(
         absl::StrCat("the request queue is full (", options_.max_queue, " waiting); retry later"));
@@ -230,6 +235,23 @@ absl::StatusOr<uint64_t> Engine::Submit(GenerationRequest request,
   queue_.push_back(std::move(active));
   cv_.notify_all();
   return handle;
+}
+
+void Engine::Drain() {
+  std::lock_guard<std::mutex> lock(mu_);
+  draining_ = true;
+}
+
+bool Engine::WaitIdle(absl::Duration timeout) const {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (running_count_ == 0 && queue_.empty()) return true;
+    }
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
 }
 
 void Engine::Cancel(uint64_t handle) {

@@ -78,6 +78,11 @@ class Engine {
   absl::StatusOr<uint64_t> Submit(GenerationRequest request, std::shared_ptr<RequestSink> sink);
   // Stops a request at the next step and frees its KV pages; its sink gets no more updates.
   void Cancel(uint64_t handle);
+  // Starts a graceful stop: new requests are refused (UNAVAILABLE, "draining"), the ones already
+  // accepted (queued or running) go on to their end.
+  void Drain();
+  // Waits until no request is queued or running, at most `timeout`; whether that happened.
+  bool WaitIdle(absl::Duration timeout) const;
   // Finishes the scheduler thread; running requests end with FinishReason::kCancelled.
   void Shutdown();
 
@@ -114,6 +119,7 @@ class Engine {
   absl::flat_hash_set<uint64_t> cancelled_;
   uint64_t next_handle_ = 1;
   bool shutdown_ = false;
+  bool draining_ = false;
   int running_count_ = 0;     // mirror of running_.size() for Snapshot
   int64_t draft_events_ = 0;  // bumped on every arrival, so waits can't miss one
 

@@ -250,6 +250,29 @@ TEST_F(EngineTest, CancelFreesKvPages) {
   EXPECT_EQ(next.token_ids.size(), 8u);
 }
 
+// Drain: new requests are refused with UNAVAILABLE naming the drain, the running one runs to
+// its full length, and WaitIdle reports idle only once it has.
+TEST_F(EngineTest, DrainFinishesRunningRequestsAndRefusesNewOnes) {
+  Engine engine(target_.get(), nullptr, nullptr, EngineOptions());
+  EXPECT_TRUE(engine.WaitIdle(absl::ZeroDuration()));
+  GenerationRequest r = Request(Prompt(5, 100), SpecMode::kOff, 300);
+  ASSERT_TRUE(engine.Validate(r).ok());
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine.Submit(r, sink).ok());
+  while (sink->updates() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  engine.Drain();
+  EXPECT_FALSE(engine.WaitIdle(absl::ZeroDuration())) << "the request is still running";
+  GenerationRequest late = Request(Prompt(6), SpecMode::kOff, 8);
+  ASSERT_TRUE(engine.Validate(late).ok());
+  const absl::StatusOr<uint64_t> refused = engine.Submit(late, std::make_shared<RecordingSink>());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(refused.status().message()), ::testing::HasSubstr("draining"));
+  EXPECT_TRUE(engine.WaitIdle(absl::Seconds(120)));
+  ASSERT_TRUE(sink->Wait(10));
+  EXPECT_TRUE(sink->final_update().finished);
+  EXPECT_EQ(sink->ids().size(), 300u);
+}
+
 // A cancel that lands while the engine waits for drafts, on a request that is already ready
 // (no speculation), must not leave the scheduler holding a pointer to the freed request
 // (ASan: heap-use-after-free in Engine::Loop before the fix). The others are unaffected.

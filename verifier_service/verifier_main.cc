@@ -3,11 +3,13 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/server_builder.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -40,6 +42,13 @@ ABSL_FLAG(int, max_depth, 8, "default deepest drafted node");
 ABSL_FLAG(int, max_tree_budget, 256, "largest tree_budget a request may ask for");
 ABSL_FLAG(int, max_new_tokens, 256, "default max_new_tokens");
 ABSL_FLAG(int, draft_timeout_ms, 50, "per-step wait for a draft before verifying without one");
+ABSL_FLAG(int, drain_seconds, 30,
+          "on SIGTERM/SIGINT: health goes NOT_SERVING, new requests get UNAVAILABLE, and the "
+          "running ones get this long to finish before they are cancelled (keep the pod's "
+          "termination grace period above it)");
+ABSL_FLAG(int, max_connection_age_s, 300,
+          "close client connections after this long (clients re-resolve and spread over new "
+          "replicas); 0: never");
 
 int main(int argc, char** argv) {
   treespec::BlockShutdownSignals();
@@ -89,6 +98,14 @@ int main(int argc, char** argv) {
     TS_LOG(kError, "%s", std::string(valid.message()));
     return 2;
   }
+  for (const auto& [name, value] :
+       {std::pair{"--drain_seconds", absl::GetFlag(FLAGS_drain_seconds)},
+        std::pair{"--max_connection_age_s", absl::GetFlag(FLAGS_max_connection_age_s)}}) {
+    if (value < 0) {
+      TS_LOG(kError, "%s=%d: must be >= 0", name, value);
+      return 2;
+    }
+  }
   treespec::Engine engine(model->get(), tokenizer.get(), drafts.get(), opts);
 
   treespec::ServiceInfo info;
@@ -106,6 +123,12 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_host) + ":" + std::to_string(absl::GetFlag(FLAGS_port)),
       grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
+  if (const int age_s = absl::GetFlag(FLAGS_max_connection_age_s); age_s > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, age_s * 1000);
+    // A connection past its age may finish its calls for as long as a drain would.
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+                               std::max(1, absl::GetFlag(FLAGS_drain_seconds)) * 1000);
+  }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     TS_LOG(kError, "cannot listen on %s:%d", absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_port));
@@ -119,8 +142,18 @@ int main(int argc, char** argv) {
          (*model)->tensor_parallel(), absl::GetFlag(FLAGS_drafter));
 
   treespec::WaitForShutdownSignal();
-  TS_LOG(kInfo, "shutting down");
+  // Drain: out of the load balancer's rotation, no new work, the running requests finish.
   server->GetHealthCheckService()->SetServingStatus(false);
+  engine.Drain();
+  const treespec::EngineSnapshot at_signal = engine.Snapshot();
+  TS_LOG(kInfo, "draining: %d running, %d queued, up to %d s", at_signal.running, at_signal.queued,
+         absl::GetFlag(FLAGS_drain_seconds));
+  const bool idle = engine.WaitIdle(absl::Seconds(absl::GetFlag(FLAGS_drain_seconds)));
+  if (idle) {
+    TS_LOG(kInfo, "shutting down: drained");
+  } else {
+    TS_LOG(kWarning, "shutting down: the drain deadline passed, cancelling the rest");
+  }
   engine.Shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   return 0;
