@@ -258,6 +258,37 @@ TEST_F(ServiceTest, DrafterGoingAwayChangesNoOutput) {
   EXPECT_EQ(after.ids, plain.ids);
 }
 
+// A service not yet activated (the verifier listens while its model loads) answers UNAVAILABLE
+// saying so, to Generate and GetModelInfo; once activated it serves.
+TEST_F(ServiceTest, LoadingServiceIsUnavailableUntilActivated) {
+  GenerationService loading;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&loading);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(port, 0);
+  auto stub = v1::Generation::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  const v1::GenerateRequest request = TextRequest(kPrompts[0], v1::SPECULATION_MODE_OFF, 8);
+  const Outcome early = Generate(stub.get(), request);
+  EXPECT_EQ(early.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(early.status.error_message(), HasSubstr("still loading"));
+  {
+    grpc::ClientContext ctx;
+    v1::ModelInfo info;
+    const grpc::Status s = stub->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  }
+  ServiceInfo info;
+  info.model_name = "tiny-target";
+  loading.Activate(engine_.get(), model_.get(), tokenizer_.get(), info);
+  const Outcome served = Generate(stub.get(), request);
+  ASSERT_TRUE(served.status.ok()) << served.status.error_message();
+  EXPECT_EQ(served.ids.size(), 8u);
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+}
+
 TEST_F(ServiceTest, ModelInfoAndHealth) {
   const v1::ModelInfo info = Info();
   EXPECT_EQ(info.vocab_size(), 4096);

@@ -149,14 +149,41 @@ void Outbox::PumpLocked() {
   }
 }
 
+// The answer while the model loads: the server listens early so health probes see NOT_SERVING.
+grpc::Status LoadingStatus() {
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                      "the model is still loading; retry when the health status is SERVING");
+}
+
+// Ends a Generate call at once (the status is set by the caller through Finish).
+class LoadingReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+ public:
+  void OnDone() override { delete this; }
+};
+
 }  // namespace
 
 GenerationService::GenerationService(Engine* engine, const CausalLm* model,
-                                     const Tokenizer* tokenizer, ServiceInfo info)
-    : engine_(engine), model_(model), tokenizer_(tokenizer), info_(std::move(info)) {}
+                                     const Tokenizer* tokenizer, ServiceInfo info) {
+  Activate(engine, model, tokenizer, std::move(info));
+}
+
+void GenerationService::Activate(Engine* engine, const CausalLm* model, const Tokenizer* tokenizer,
+                                 ServiceInfo info) {
+  engine_ = engine;
+  model_ = model;
+  tokenizer_ = tokenizer;
+  info_ = std::move(info);
+  active_.store(true, std::memory_order_release);
+}
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
     grpc::CallbackServerContext* /*context*/, const v1::GenerateRequest* request) {
+  if (!active_.load(std::memory_order_acquire)) {
+    auto* reactor = new LoadingReactor();
+    reactor->Finish(LoadingStatus());
+    return reactor;
+  }
   std::string id = request->request_id();
   if (id.empty()) id = absl::StrCat("req-", next_id_.fetch_add(1));
   return new GenerateReactor(engine_, *request, tokenizer_, model_->config().bos_token_id,
@@ -166,6 +193,11 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
 grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerContext* context,
                                                           const v1::GetModelInfoRequest*,
                                                           v1::ModelInfo* info) {
+  if (!active_.load(std::memory_order_acquire)) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(LoadingStatus());
+    return reactor;
+  }
   const ModelConfig& c = model_->config();
   const EngineOptions& o = engine_->options();
   info->set_model_name(info_.model_name);

@@ -21,8 +21,16 @@ struct ServiceInfo {
 
 class GenerationService final : public v1::Generation::CallbackService {
  public:
+  // A service that answers UNAVAILABLE ("the model is still loading") until Activate, so the
+  // server can listen (and report NOT_SERVING to health probes) while the model loads.
+  GenerationService() = default;
+  // A service that serves at once.
   GenerationService(Engine* engine, const CausalLm* model, const Tokenizer* tokenizer,
                     ServiceInfo info);
+  // Starts serving with the loaded model; call once, before the health status goes SERVING.
+  // The pointers must outlive the service.
+  void Activate(Engine* engine, const CausalLm* model, const Tokenizer* tokenizer,
+                ServiceInfo info);
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
@@ -31,10 +39,12 @@ class GenerationService final : public v1::Generation::CallbackService {
                                          v1::ModelInfo* response) override;
 
  private:
-  Engine* engine_;
-  const CausalLm* model_;
-  const Tokenizer* tokenizer_;
+  // Set by Activate before active_ (release); read after active_ (acquire).
+  Engine* engine_ = nullptr;
+  const CausalLm* model_ = nullptr;
+  const Tokenizer* tokenizer_ = nullptr;
   ServiceInfo info_;
+  std::atomic<bool> active_{false};
   std::atomic<uint64_t> next_id_{1};
 };
 

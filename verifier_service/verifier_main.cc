@@ -13,6 +13,9 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "common/backend/load_model.h"
 #include "common/model/causal_lm.h"
 #include "common/tokenizer/tokenizer.h"
@@ -50,22 +53,31 @@ ABSL_FLAG(int, max_connection_age_s, 300,
           "close client connections after this long (clients re-resolve and spread over new "
           "replicas); 0: never");
 
-int main(int argc, char** argv) {
-  treespec::BlockShutdownSignals();
-  absl::ParseCommandLine(argc, argv);
-  using treespec::LogLevel;
+namespace {
+
+// Loads what the service needs (model, tokenizer, drafter link, engine); an error names what
+// failed.
+struct Loaded {
+  std::unique_ptr<treespec::CausalLm> model;
+  std::unique_ptr<treespec::Tokenizer> tokenizer;
+  std::unique_ptr<treespec::GrpcDraftSource> drafts;
+  std::unique_ptr<treespec::Engine> engine;
+};
+
+absl::StatusOr<Loaded> Load(const treespec::EngineOptions& opts) {
   const std::string model_dir = absl::GetFlag(FLAGS_model);
   treespec::LmOptions lm;
   lm.tensor_parallel = absl::GetFlag(FLAGS_tp);
   lm.kv_pages = absl::GetFlag(FLAGS_kv_pages);
   lm.kv_page_size = absl::GetFlag(FLAGS_kv_page_size);
   lm.max_batch = absl::GetFlag(FLAGS_max_batch);
+  Loaded l;
   auto model = treespec::LoadCausalLm(model_dir, absl::GetFlag(FLAGS_device), lm);
   if (!model.ok()) {
-    TS_LOG(kError, "cannot load model: %s", model.status().ToString());
-    return 1;
+    return absl::Status(model.status().code(),
+                        absl::StrCat("cannot load model: ", model.status().ToString()));
   }
-  std::unique_ptr<treespec::Tokenizer> tokenizer;
+  l.model = *std::move(model);
   std::string tok_path = absl::GetFlag(FLAGS_tokenizer);
   if (tok_path.empty() && std::filesystem::exists(model_dir + "/tokenizer.json")) {
     tok_path = model_dir + "/tokenizer.json";
@@ -73,18 +85,28 @@ int main(int argc, char** argv) {
   if (!tok_path.empty() && tok_path != "none") {
     auto loaded = treespec::LoadTokenizer(tok_path);
     if (!loaded.ok()) {
-      TS_LOG(kError, "cannot load tokenizer: %s (--tokenizer=none serves token ids only)",
-             loaded.status().ToString());
-      return 1;
+      return absl::Status(loaded.status().code(),
+                          absl::StrCat("cannot load tokenizer: ", loaded.status().ToString(),
+                                       " (--tokenizer=none serves token ids only)"));
     }
-    tokenizer = *std::move(loaded);
+    l.tokenizer = *std::move(loaded);
   } else {
     TS_LOG(kWarning, "no tokenizer: serving token ids only");
   }
-  std::unique_ptr<treespec::GrpcDraftSource> drafts;
   if (!absl::GetFlag(FLAGS_drafter).empty()) {
-    drafts = std::make_unique<treespec::GrpcDraftSource>(absl::GetFlag(FLAGS_drafter));
+    l.drafts = std::make_unique<treespec::GrpcDraftSource>(absl::GetFlag(FLAGS_drafter));
   }
+  l.engine =
+      std::make_unique<treespec::Engine>(l.model.get(), l.tokenizer.get(), l.drafts.get(), opts);
+  return l;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  treespec::BlockShutdownSignals();
+  absl::ParseCommandLine(argc, argv);
+  using treespec::LogLevel;
   treespec::EngineOptions opts;
   opts.max_batch = absl::GetFlag(FLAGS_max_batch);
   opts.max_queue = absl::GetFlag(FLAGS_max_queue);
@@ -106,15 +128,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  treespec::Engine engine(model->get(), tokenizer.get(), drafts.get(), opts);
 
-  treespec::ServiceInfo info;
-  info.model_name = std::filesystem::path(model_dir).filename().string();
-  info.device = (*model)->device();
-  info.tensor_parallel = (*model)->tensor_parallel();
-  info.drafter_target = absl::GetFlag(FLAGS_drafter);
-  treespec::GenerationService service(&engine, model->get(), tokenizer.get(), info);
-
+  // Listen first, NOT_SERVING (and Generate answering UNAVAILABLE) while the model loads, so
+  // startup probes see the loading; the "listening on" line is printed once it serves.
+  treespec::GenerationService service;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -134,12 +151,28 @@ int main(int argc, char** argv) {
     TS_LOG(kError, "cannot listen on %s:%d", absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_port));
     return 1;
   }
+  server->GetHealthCheckService()->SetServingStatus(false);
+
+  absl::StatusOr<Loaded> loaded = Load(opts);
+  if (!loaded.ok()) {
+    TS_LOG(kError, "%s", std::string(loaded.status().message()));
+    server->Shutdown(std::chrono::system_clock::now());
+    return 1;
+  }
+  treespec::CausalLm& model = *loaded->model;
+  treespec::Engine& engine = *loaded->engine;
+  treespec::ServiceInfo info;
+  info.model_name = std::filesystem::path(absl::GetFlag(FLAGS_model)).filename().string();
+  info.device = model.device();
+  info.tensor_parallel = model.tensor_parallel();
+  info.drafter_target = absl::GetFlag(FLAGS_drafter);
+  service.Activate(&engine, &model, loaded->tokenizer.get(), info);
   server->GetHealthCheckService()->SetServingStatus(true);
   std::printf("treespec-verifier listening on %s:%d\n", absl::GetFlag(FLAGS_host).c_str(), port);
   std::fflush(stdout);
-  TS_LOG(kInfo, "model %s: %d layers, vocab %d, context %d, tp %d, drafter '%s'", model_dir,
-         (*model)->config().num_layers, (*model)->config().vocab_size, engine.context_length(),
-         (*model)->tensor_parallel(), absl::GetFlag(FLAGS_drafter));
+  TS_LOG(kInfo, "model %s: %d layers, vocab %d, context %d, tp %d, drafter '%s'",
+         absl::GetFlag(FLAGS_model), model.config().num_layers, model.config().vocab_size,
+         engine.context_length(), model.tensor_parallel(), absl::GetFlag(FLAGS_drafter));
 
   treespec::WaitForShutdownSignal();
   // Drain: out of the load balancer's rotation, no new work, the running requests finish.
