@@ -18,6 +18,7 @@
 #include "treespec/v1/generation.grpc.pb.h"
 #include "verifier_service/drafter_client.h"
 #include "verifier_service/engine.h"
+#include "verifier_service/engine_test_util.h"
 #include "verifier_service/generation_service.h"
 
 namespace treespec {
@@ -256,6 +257,53 @@ TEST_F(ServiceTest, DrafterGoingAwayChangesNoOutput) {
   Outcome after = Generate(stub_.get(), request);
   ASSERT_TRUE(after.status.ok());
   EXPECT_EQ(after.ids, plain.ids);
+}
+
+// Discovery: with two drafter replicas behind one target, sessions go to both (round robin);
+// once one reports NOT_SERVING on grpc.health.v1, new sessions avoid it (client-side health
+// checking). Outputs are plain decoding's either way.
+TEST(DiscoveryTest, SessionsSpreadOverHealthyDrafterReplicas) {
+  grpc::EnableDefaultHealthCheckService(true);  // the drafters serve grpc.health.v1
+  Drafter a = StartDrafter(), b = StartDrafter();
+  ASSERT_NE(a.port, 0);
+  ASSERT_NE(b.port, 0);
+  LmOptions lm;
+  lm.max_batch = 4;
+  auto model = LoadCpuCausalLm(kRoot + "/models/tiny-target", lm);
+  ASSERT_TRUE(model.ok()) << model.status();
+  GrpcDraftSource drafts(absl::StrCat("ipv4:127.0.0.1:", a.port, ",127.0.0.1:", b.port));
+  EngineOptions options;
+  options.max_batch = 4;
+  options.draft_timeout = absl::Milliseconds(200);
+  Engine engine(model->get(), nullptr, &drafts, options);
+  auto run = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      GenerationRequest r;
+      r.id = absl::StrCat("r", i);
+      r.prompt = {5, 6, 7, static_cast<int32_t>(8 + i)};
+      r.max_new_tokens = 8;
+      r.ignore_eos = true;
+      r.spec_mode = SpecMode::kDraftModel;
+      ASSERT_TRUE(engine.Validate(r).ok());
+      auto sink = std::make_shared<testing::RecordingSink>();
+      ASSERT_TRUE(engine.Submit(r, sink).ok());
+      ASSERT_TRUE(sink->Wait());
+      EXPECT_TRUE(sink->final_update().status.ok());
+    }
+  };
+  run(8);
+  EXPECT_GT(a.service->total_sessions(), 0);
+  EXPECT_GT(b.service->total_sessions(), 0);
+
+  b.server->GetHealthCheckService()->SetServingStatus(false);
+  // The client sees the change through its health watch; give it a moment, then count.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const int64_t b_before = b.service->total_sessions();
+  run(6);
+  EXPECT_EQ(b.service->total_sessions(), b_before) << "a NOT_SERVING drafter got new sessions";
+  engine.Shutdown();
+  a.server->Shutdown(std::chrono::system_clock::now());
+  b.server->Shutdown(std::chrono::system_clock::now());
 }
 
 // A service not yet activated (the verifier listens while its model loads) answers UNAVAILABLE

@@ -2,6 +2,7 @@
 
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
+#include <grpcpp/support/channel_arguments.h>
 
 #include <deque>
 #include <mutex>
@@ -157,11 +158,22 @@ class GrpcDraftStream final : public DraftStream {
   SessionReactor* reactor_;  // alive until Detach releases its hold
 };
 
+// Sessions go round-robin over every address the target resolves to (a headless Service's pods
+// through dns:///), skipping those whose grpc.health.v1 status is not SERVING (a draining or
+// loading drafter); each session is one stream, so it stays on the replica that opened it.
+grpc::ChannelArguments DrafterChannelArguments() {
+  grpc::ChannelArguments args;
+  args.SetServiceConfigJSON(
+      R"({"loadBalancingConfig": [{"round_robin": {}}], "healthCheckConfig": {"serviceName": ""}})");
+  return args;
+}
+
 }  // namespace
 
 GrpcDraftSource::GrpcDraftSource(const std::string& target)
     : target_(target),
-      channel_(grpc::CreateChannel(target, grpc::InsecureChannelCredentials())),
+      channel_(grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
+                                         DrafterChannelArguments())),
       stub_(v1::Drafter::NewStub(channel_)) {}
 
 std::unique_ptr<DraftStream> GrpcDraftSource::Open(const DraftOpenParams& params,

@@ -15,7 +15,9 @@ namespace treespec {
 
 class GrpcDraftSource final : public DraftSource {
  public:
-  // `target` is any gRPC target ("127.0.0.1:50061", "dns:///drafter:50061").
+  // `target` is any gRPC target ("127.0.0.1:50061", "dns:///drafter:50061", "ipv4:a:p,b:q").
+  // Sessions are spread round-robin over the addresses it resolves to that report SERVING on
+  // grpc.health.v1, so adding drafter replicas behind a headless Service spreads the load.
   explicit GrpcDraftSource(const std::string& target);
 
   std::unique_ptr<DraftStream> Open(const DraftOpenParams& params,
