@@ -1,8 +1,12 @@
 // The real binaries on loopback: treespec-drafter + treespec-verifier with the shipped tiny
 // pair. Concurrent streaming clients, a drafter killed mid-run, client cancel, SIGTERM, and
 // start-up failures on missing or corrupt model directories.
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -34,6 +38,28 @@ std::string TempDir() {
   return mkdtemp(pattern);
 }
 
+// The body of GET `path` from 127.0.0.1:`port` (HTTP/1.0, the connection closed by the server),
+// or "" on any failure.
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string response;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string request = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
+    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+      char buffer[4096];
+      for (ssize_t n; (n = read(fd, buffer, sizeof(buffer))) > 0;) response.append(buffer, n);
+    }
+  }
+  close(fd);
+  const size_t body = response.find("\r\n\r\n");
+  return body == std::string::npos ? "" : response.substr(body + 4);
+}
+
 Outcome Generate(v1::Generation::Stub* stub, const std::string& text, v1::SpeculationMode mode,
                  int max_new) {
   return testing::Generate(stub, TextRequest(text, mode, max_new));
@@ -54,6 +80,10 @@ class E2eTest : public ::testing::Test {
                                  "--model=" + kRoot + "/models/tiny-target",
                                  "--drafter=" + drafter_addr, "--draft_timeout_ms=200"},
         logs_ + "/verifier.log");
+    // "treespec-verifier metrics on HOST:PORT" comes first, then the listening line.
+    const std::string metrics = verifier_->WaitForLine("metrics on", 60);
+    ASSERT_FALSE(metrics.empty()) << verifier_->Stderr();
+    metrics_port_ = std::stoi(metrics.substr(metrics.rfind(':') + 1));
     addr_ = verifier_->WaitForAddress(60);
     ASSERT_FALSE(addr_.empty()) << verifier_->Stderr();
     stub_ = v1::Generation::NewStub(grpc::CreateChannel(addr_, grpc::InsecureChannelCredentials()));
@@ -67,6 +97,7 @@ class E2eTest : public ::testing::Test {
   }
 
   std::string logs_, addr_;
+  int metrics_port_ = 0;
   std::unique_ptr<ChildProcess> drafter_, verifier_;
   std::unique_ptr<v1::Generation::Stub> stub_;
 };
@@ -105,6 +136,21 @@ TEST_F(E2eTest, DrafterKilledMidRunChangesNoOutput) {
   const Outcome after = Generate(stub_.get(), kPrompts[1], v1::SPECULATION_MODE_AUTO, 200);
   ASSERT_TRUE(after.status.ok());
   EXPECT_EQ(after.ids, plain.ids);
+}
+
+// The verifier's /metrics endpoint serves Prometheus text: gauges from the start, and a
+// request's counts once it ends.
+TEST_F(E2eTest, MetricsEndpointServesPrometheusText) {
+  const std::string before = HttpGet(metrics_port_, "/metrics");
+  EXPECT_THAT(before, HasSubstr("treespec_requests_running 0"));
+  EXPECT_THAT(before, HasSubstr("# TYPE treespec_time_to_first_token_seconds histogram"));
+  const Outcome o = Generate(stub_.get(), kPrompts[2], v1::SPECULATION_MODE_AUTO, 32);
+  ASSERT_TRUE(o.status.ok()) << o.status.error_message();
+  const std::string after = HttpGet(metrics_port_, "/metrics");
+  EXPECT_THAT(after, HasSubstr("treespec_requests_total{reason=\"length\"} 1"));
+  EXPECT_THAT(after, HasSubstr("treespec_generation_tokens_total 32"));
+  EXPECT_THAT(after, HasSubstr("treespec_time_to_first_token_seconds_count 1"));
+  EXPECT_THAT(HttpGet(metrics_port_, "/"), HasSubstr("GET /metrics")) << "the 404 names the path";
 }
 
 // SIGTERM drains the verifier: its health goes NOT_SERVING, a new request gets UNAVAILABLE

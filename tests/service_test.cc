@@ -20,6 +20,7 @@
 #include "verifier_service/engine.h"
 #include "verifier_service/engine_test_util.h"
 #include "verifier_service/generation_service.h"
+#include "verifier_service/serving_metrics.h"
 
 namespace treespec {
 namespace {
@@ -306,20 +307,87 @@ TEST(DiscoveryTest, SessionsSpreadOverHealthyDrafterReplicas) {
   b.server->Shutdown(std::chrono::system_clock::now());
 }
 
+// A server for `service` alone on a free loopback port, and a stub to it (null on failure).
+struct LocalServer {
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<v1::Generation::Stub> stub;
+};
+LocalServer Serve(GenerationService& service) {
+  LocalServer local;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  local.server = builder.BuildAndStart();
+  if (local.server == nullptr || port == 0) return local;
+  local.stub = v1::Generation::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  return local;
+}
+
+// The value of `series` (a metric name with its labels, as exposed) in a text scrape; -1 if
+// absent.
+double Scraped(const std::string& text, const std::string& series) {
+  const std::string key = series + " ";
+  for (size_t at = 0; (at = text.find(key, at)) != std::string::npos; at += key.size()) {
+    if (at == 0 || text[at - 1] == '\n') return std::stod(text.substr(at + key.size()));
+  }
+  return -1;
+}
+
+// /metrics counts what the clients saw: requests by reason, tokens, latency observations, and
+// the speculation counters equal the sums of the requests' own statistics.
+TEST_F(ServiceTest, MetricsCountWhatClientsSaw) {
+  ServingMetrics metrics([this] { return engine_->Snapshot(); });
+  ServiceInfo info;
+  info.model_name = "tiny-target";
+  GenerationService service(engine_.get(), model_.get(), tokenizer_.get(), info, &metrics);
+  LocalServer local = Serve(service);
+  ASSERT_NE(local.stub, nullptr);
+  v1::Generation::Stub* stub = local.stub.get();
+  int64_t tokens = 0, steps = 0, fallback = 0, drafted = 0, accepted = 0, depth1 = 0;
+  for (const auto& [mode, max_new] :
+       {std::pair{v1::SPECULATION_MODE_AUTO, 24}, std::pair{v1::SPECULATION_MODE_AUTO, 24},
+        std::pair{v1::SPECULATION_MODE_OFF, 16}}) {
+    const Outcome o = Generate(stub, TextRequest(kPrompts[1], mode, max_new));
+    ASSERT_TRUE(o.status.ok()) << o.status.error_message();
+    tokens += static_cast<int64_t>(o.ids.size());
+    const v1::SpeculationStats& s = o.last.speculation();
+    steps += s.steps();
+    fallback += s.fallback_steps();
+    drafted += s.drafted_tokens();
+    accepted += s.accepted_tokens();
+    if (s.accepted_per_depth_size() > 0) depth1 += s.accepted_per_depth(0);
+  }
+  ASSERT_TRUE(engine_->WaitIdle(absl::Seconds(10)));
+  const std::string text = metrics.Scrape();
+  EXPECT_EQ(Scraped(text, "treespec_requests_total{reason=\"length\"}"), 3) << text;
+  EXPECT_EQ(Scraped(text, "treespec_generation_tokens_total"), tokens);
+  EXPECT_EQ(Scraped(text, "treespec_time_to_first_token_seconds_count"), 3);
+  EXPECT_GT(Scraped(text, "treespec_inter_token_latency_seconds_count"), 0);
+  EXPECT_EQ(Scraped(text, "treespec_spec_verify_steps_total"), steps);
+  EXPECT_EQ(Scraped(text, "treespec_spec_fallback_steps_total"), fallback);
+  EXPECT_EQ(Scraped(text, "treespec_spec_drafts_total"), steps - fallback);
+  EXPECT_EQ(Scraped(text, "treespec_spec_draft_tokens_total"), drafted);
+  EXPECT_EQ(Scraped(text, "treespec_spec_accepted_tokens_total"), accepted);
+  EXPECT_GT(accepted, 0) << "the drafts were never accepted: the counters were not exercised";
+  EXPECT_EQ(Scraped(text, "treespec_spec_accepted_tokens_by_depth_total{depth=\"1\"}"), depth1);
+  EXPECT_GT(Scraped(text, "treespec_verify_step_seconds_total{part=\"forward\"}"), 0);
+  EXPECT_EQ(Scraped(text, "treespec_requests_running"), 0);
+  EXPECT_EQ(Scraped(text, "treespec_kv_cache_utilization"), 0);
+  EXPECT_EQ(Scraped(text, "treespec_kv_cache_pages"), engine_->Snapshot().kv_pages_total);
+  local.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+}
+
 // A service not yet activated (the verifier listens while its model loads) answers UNAVAILABLE
 // saying so, to Generate and GetModelInfo; once activated it serves.
 TEST_F(ServiceTest, LoadingServiceIsUnavailableUntilActivated) {
   GenerationService loading;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&loading);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_NE(port, 0);
-  auto stub = v1::Generation::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  LocalServer local = Serve(loading);
+  ASSERT_NE(local.stub, nullptr);
+  v1::Generation::Stub* stub = local.stub.get();
   const v1::GenerateRequest request = TextRequest(kPrompts[0], v1::SPECULATION_MODE_OFF, 8);
-  const Outcome early = Generate(stub.get(), request);
+  const Outcome early = Generate(stub, request);
   EXPECT_EQ(early.status.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_THAT(early.status.error_message(), HasSubstr("still loading"));
   {
@@ -331,10 +399,10 @@ TEST_F(ServiceTest, LoadingServiceIsUnavailableUntilActivated) {
   ServiceInfo info;
   info.model_name = "tiny-target";
   loading.Activate(engine_.get(), model_.get(), tokenizer_.get(), info);
-  const Outcome served = Generate(stub.get(), request);
+  const Outcome served = Generate(stub, request);
   ASSERT_TRUE(served.status.ok()) << served.status.error_message();
   EXPECT_EQ(served.ids.size(), 8u);
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  local.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
 }
 
 TEST_F(ServiceTest, ModelInfoAndHealth) {

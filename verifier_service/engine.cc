@@ -35,26 +35,6 @@ struct Engine::Active {
 
 namespace {
 
-std::string FinishReasonName(FinishReason r) {
-  switch (r) {
-    case FinishReason::kNone:
-      return "none";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kEos:
-      return "eos";
-    case FinishReason::kStopToken:
-      return "stop_token";
-    case FinishReason::kStopString:
-      return "stop_string";
-    case FinishReason::kContext:
-      return "context";
-    case FinishReason::kCancelled:
-      return "cancelled";
-  }
-  return "?";
-}
-
 absl::Status InvalidArgument(const std::string& message) {
   return absl::InvalidArgumentError(message);
 }

@@ -5,6 +5,8 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/rpc/status_conversion.h"
 #include "verifier_service/proto_conversion.h"
 
@@ -19,8 +21,11 @@ class GenerateReactor;
 
 class Outbox final : public RequestSink {
  public:
-  Outbox(GenerateReactor* reactor, std::string request_id)
-      : reactor_(reactor), request_id_(std::move(request_id)) {}
+  Outbox(GenerateReactor* reactor, std::string request_id, ServingMetrics* metrics)
+      : reactor_(reactor),
+        request_id_(std::move(request_id)),
+        metrics_(metrics),
+        arrived_(absl::Now()) {}
   // Engine thread: queues the update and starts a write when none is in flight.
   void OnUpdate(GenerationUpdate update) override;
   // gRPC: the previous write finished (ok = false: the client is gone).
@@ -34,9 +39,16 @@ class Outbox final : public RequestSink {
   // Starts the next write, or finishes the call when nothing is left. Finish happens once.
   void PumpLocked();
 
+  // Records the update's latencies and, when it is the last, the request's counts.
+  void ObserveLocked(const GenerationUpdate& update);
+
   std::mutex mu_;
   GenerateReactor* reactor_;
   std::string request_id_;
+  ServingMetrics* metrics_;  // may be null
+  absl::Time arrived_;
+  absl::Time last_tokens_;  // when tokens last reached the stream
+  bool seen_tokens_ = false;
   std::deque<v1::GenerateResponse> queue_;  // front() is in flight while writing_
   bool writing_ = false;
   bool last_queued_ = false;  // the final update has been queued
@@ -48,7 +60,7 @@ class Outbox final : public RequestSink {
 class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
   GenerateReactor(Engine* engine, const v1::GenerateRequest& request, const Tokenizer* tokenizer,
-                  int32_t bos, std::string request_id)
+                  int32_t bos, std::string request_id, ServingMetrics* metrics)
       : engine_(engine) {
     absl::StatusOr<GenerationRequest> converted =
         FromProto(request, tokenizer, bos, std::move(request_id));
@@ -58,7 +70,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
       Finish(ToGrpcStatus(status));
       return;
     }
-    outbox_ = std::make_shared<Outbox>(this, converted->id);
+    outbox_ = std::make_shared<Outbox>(this, converted->id, metrics);
     absl::StatusOr<uint64_t> handle = engine_->Submit(*std::move(converted), outbox_);
     if (!handle.ok()) {
       outbox_->Detach();
@@ -100,8 +112,24 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   bool submitted_ = false;
 };
 
+void Outbox::ObserveLocked(const GenerationUpdate& update) {
+  if (metrics_ == nullptr) return;
+  if (!update.token_ids.empty()) {
+    const absl::Time now = absl::Now();
+    if (seen_tokens_) {
+      metrics_->ObserveInterTokenLatency(absl::ToDoubleSeconds(now - last_tokens_));
+    } else {
+      metrics_->ObserveTimeToFirstToken(absl::ToDoubleSeconds(now - arrived_));
+      seen_tokens_ = true;
+    }
+    last_tokens_ = now;
+  }
+  if (update.finished) metrics_->OnFinished(update);
+}
+
 void Outbox::OnUpdate(GenerationUpdate update) {
   std::lock_guard<std::mutex> lock(mu_);
+  ObserveLocked(update);  // also when the client is gone: the work was done
   if (reactor_ == nullptr || last_queued_ || cancelled_) return;
   if (update.finished) {
     last_queued_ = true;
@@ -164,13 +192,15 @@ class LoadingReactor final : public grpc::ServerWriteReactor<v1::GenerateRespons
 }  // namespace
 
 GenerationService::GenerationService(Engine* engine, const CausalLm* model,
-                                     const Tokenizer* tokenizer, ServiceInfo info) {
-  Activate(engine, model, tokenizer, std::move(info));
+                                     const Tokenizer* tokenizer, ServiceInfo info,
+                                     ServingMetrics* metrics) {
+  Activate(engine, model, tokenizer, std::move(info), metrics);
 }
 
 void GenerationService::Activate(Engine* engine, const CausalLm* model, const Tokenizer* tokenizer,
-                                 ServiceInfo info) {
+                                 ServiceInfo info, ServingMetrics* metrics) {
   engine_ = engine;
+  metrics_ = metrics;
   model_ = model;
   tokenizer_ = tokenizer;
   info_ = std::move(info);
@@ -187,7 +217,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
   std::string id = request->request_id();
   if (id.empty()) id = absl::StrCat("req-", next_id_.fetch_add(1));
   return new GenerateReactor(engine_, *request, tokenizer_, model_->config().bos_token_id,
-                             std::move(id));
+                             std::move(id), metrics_);
 }
 
 grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerContext* context,

@@ -9,6 +9,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "treespec/v1/generation.grpc.pb.h"
 #include "verifier_service/engine.h"
+#include "verifier_service/serving_metrics.h"
 
 namespace treespec {
 
@@ -26,11 +27,12 @@ class GenerationService final : public v1::Generation::CallbackService {
   GenerationService() = default;
   // A service that serves at once.
   GenerationService(Engine* engine, const CausalLm* model, const Tokenizer* tokenizer,
-                    ServiceInfo info);
+                    ServiceInfo info, ServingMetrics* metrics = nullptr);
   // Starts serving with the loaded model; call once, before the health status goes SERVING.
-  // The pointers must outlive the service.
-  void Activate(Engine* engine, const CausalLm* model, const Tokenizer* tokenizer,
-                ServiceInfo info);
+  // The pointers must outlive the service; `metrics` (may be null) gets every request's
+  // latencies and, when it ends, its counts.
+  void Activate(Engine* engine, const CausalLm* model, const Tokenizer* tokenizer, ServiceInfo info,
+                ServingMetrics* metrics = nullptr);
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
@@ -43,6 +45,7 @@ class GenerationService final : public v1::Generation::CallbackService {
   Engine* engine_ = nullptr;
   const CausalLm* model_ = nullptr;
   const Tokenizer* tokenizer_ = nullptr;
+  ServingMetrics* metrics_ = nullptr;
   ServiceInfo info_;
   std::atomic<bool> active_{false};
   std::atomic<uint64_t> next_id_{1};

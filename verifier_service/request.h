@@ -17,6 +17,27 @@ enum class SpecMode { kOff, kAuto, kNgram, kDraftModel };
 
 enum class FinishReason { kNone, kLength, kEos, kStopToken, kStopString, kContext, kCancelled };
 
+// "length", "eos", ... (logs and metric labels).
+inline const char* FinishReasonName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone:
+      return "none";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kEos:
+      return "eos";
+    case FinishReason::kStopToken:
+      return "stop_token";
+    case FinishReason::kStopString:
+      return "stop_string";
+    case FinishReason::kContext:
+      return "context";
+    case FinishReason::kCancelled:
+      return "cancelled";
+  }
+  return "?";
+}
+
 // Optional fields are what the client set; Engine::Validate fills the defaults, so after it
 // every optional has a value.
 struct GenerationRequest {

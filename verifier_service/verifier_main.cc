@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -17,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/backend/load_model.h"
+#include "common/metrics/metrics_http_server.h"
 #include "common/model/causal_lm.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/log.h"
@@ -24,6 +26,7 @@
 #include "verifier_service/drafter_client.h"
 #include "verifier_service/engine.h"
 #include "verifier_service/generation_service.h"
+#include "verifier_service/serving_metrics.h"
 
 ABSL_FLAG(std::string, model, "models/tiny-target", "target model directory (HF format)");
 ABSL_FLAG(std::string, tokenizer, "",
@@ -49,6 +52,9 @@ ABSL_FLAG(int, drain_seconds, 30,
           "on SIGTERM/SIGINT: health goes NOT_SERVING, new requests get UNAVAILABLE, and the "
           "running ones get this long to finish before they are cancelled (keep the pod's "
           "termination grace period above it)");
+ABSL_FLAG(int, metrics_port, 0,
+          "HTTP port of the Prometheus /metrics endpoint on --host; 0 picks a free one (printed "
+          "as 'metrics on HOST:PORT'), -1 turns it off");
 ABSL_FLAG(int, max_connection_age_s, 300,
           "close client connections after this long (clients re-resolve and spread over new "
           "replicas); 0: never");
@@ -166,7 +172,21 @@ int main(int argc, char** argv) {
   info.device = model.device();
   info.tensor_parallel = model.tensor_parallel();
   info.drafter_target = absl::GetFlag(FLAGS_drafter);
-  service.Activate(&engine, &model, loaded->tokenizer.get(), info);
+  treespec::ServingMetrics metrics([&engine] { return engine.Snapshot(); });
+  std::unique_ptr<treespec::MetricsHttpServer> metrics_server;
+  if (const int metrics_port = absl::GetFlag(FLAGS_metrics_port); metrics_port >= 0) {
+    auto started =
+        treespec::MetricsHttpServer::Start(absl::GetFlag(FLAGS_host), metrics_port, &metrics);
+    if (!started.ok()) {
+      TS_LOG(kError, "--metrics_port: %s", started.status().ToString());
+      server->Shutdown(std::chrono::system_clock::now());
+      return 1;
+    }
+    metrics_server = *std::move(started);
+    std::printf("treespec-verifier metrics on %s:%d\n", absl::GetFlag(FLAGS_host).c_str(),
+                metrics_server->port());
+  }
+  service.Activate(&engine, &model, loaded->tokenizer.get(), info, &metrics);
   server->GetHealthCheckService()->SetServingStatus(true);
   std::printf("treespec-verifier listening on %s:%d\n", absl::GetFlag(FLAGS_host).c_str(), port);
   std::fflush(stdout);
