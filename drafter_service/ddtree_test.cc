@@ -31,7 +31,6 @@ std::vector<float> RandomLogprobs(std::mt19937& rng, int vocab) {
   return logits;
 }
 
-
 TEST(TopKTest, MatchesSort) {
   std::mt19937 rng(1);
   std::vector<float> lp = RandomLogprobs(rng, 100);

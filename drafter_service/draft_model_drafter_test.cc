@@ -48,7 +48,6 @@ std::vector<int32_t> RandomTokens(int n, int vocab, uint32_t seed) {
   return out;
 }
 
-
 class DraftModelDrafterTest : public ::testing::Test {
  protected:
   void SetUp() override {

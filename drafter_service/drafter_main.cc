@@ -15,9 +15,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/backend/load_model.h"
+#include "common/metrics/metrics_http_server.h"
 #include "common/model/causal_lm.h"
 #include "common/util/log.h"
 #include "common/util/shutdown_signal.h"
+#include "common/util/status_macros.h"
 #include "drafter_service/draft_model_drafter.h"
 #include "drafter_service/drafter_service.h"
 #include "drafter_service/ngram_drafter.h"
@@ -44,6 +46,9 @@ ABSL_FLAG(int, vocab_size, 0,
 ABSL_FLAG(int, max_sessions, 64, "concurrent sessions the draft model's KV cache is sized for");
 ABSL_FLAG(int, ngram_min, 1, "shortest context suffix the ngram drafter matches");
 ABSL_FLAG(int, ngram_max, 4, "longest context suffix the ngram drafter matches");
+ABSL_FLAG(int, metrics_port, 0,
+          "HTTP port of the Prometheus /metrics endpoint on --host; 0 picks a free one (printed "
+          "as 'metrics on HOST:PORT'), -1 turns it off");
 
 namespace treespec {
 namespace {
@@ -97,9 +102,9 @@ absl::Status Run() {
           "--vocab_size=", options.vocab_size, " disagrees with the draft model's ", model_vocab));
     }
     options.vocab_size = model_vocab;
-    TS_LOG(kInfo, "draft model %s on %s: %d layers x %d, vocab %d, window %d, %s mode",
-           model_dir, (*lm)->device(), (*lm)->config().num_layers, (*lm)->config().hidden_size,
-           model_vocab, (*lm)->config().max_position_embeddings, shape);
+    TS_LOG(kInfo, "draft model %s on %s: %d layers x %d, vocab %d, window %d, %s mode", model_dir,
+           (*lm)->device(), (*lm)->config().num_layers, (*lm)->config().hidden_size, model_vocab,
+           (*lm)->config().max_position_embeddings, shape);
     draft_model = std::make_unique<DraftModelDrafterFactory>(*std::move(lm), model_options);
   }
 
@@ -117,7 +122,13 @@ absl::Status Run() {
     return s;
   }
 
-  DrafterService service(options, std::move(ngram), std::move(draft_model));
+  DrafterMetrics metrics;
+  std::unique_ptr<MetricsHttpServer> metrics_server;
+  if (const int metrics_port = absl::GetFlag(FLAGS_metrics_port); metrics_port >= 0) {
+    ASSIGN_OR_RETURN(metrics_server,
+                     MetricsHttpServer::Start(absl::GetFlag(FLAGS_host), metrics_port, &metrics));
+  }
+  DrafterService service(options, std::move(ngram), std::move(draft_model), &metrics);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -133,6 +144,9 @@ absl::Status Run() {
   }
   // The model (if any) is loaded: ready.
   server->GetHealthCheckService()->SetServingStatus(true);
+  if (metrics_server != nullptr) {
+    std::printf("treespec-drafter metrics on %s:%d\n", host.c_str(), metrics_server->port());
+  }
   std::printf("treespec-drafter listening on %s:%d\n", host.c_str(), port);
   std::fflush(stdout);
   TS_LOG(kInfo, "serving: default mode %s, %d drafting threads, budget %d (max %d), depth %d",

@@ -99,6 +99,7 @@ class DrafterService::SessionReactor final
   explicit SessionReactor(DrafterService* service) : service_(service) {
     const int active = ++service_->active_sessions_;
     serial_ = ++service_->total_sessions_;
+    if (service_->metrics_ != nullptr) service_->metrics_->OnSessionOpened();
     request_id_ = absl::StrCat("#", serial_);  // until the open names it
     TS_LOG(kDebug, "draft stream #%d opened (%d active)", serial_, active);
     std::lock_guard<std::mutex> lock(mu_);
@@ -145,6 +146,7 @@ class DrafterService::SessionReactor final
       service_->pool_.Submit([session] {});
     }
     const int active = --service_->active_sessions_;
+    if (service_->metrics_ != nullptr) service_->metrics_->OnSessionClosed();
     TS_LOG(kInfo,
            "draft session %s done: mode=%s steps=%d drafted_nodes=%d stale_steps=%d "
            "mean_draft_ms=%.3f status=%s active_sessions=%d",
@@ -322,6 +324,7 @@ class DrafterService::SessionReactor final
       std::lock_guard<std::mutex> lock(mu_);
       if (!queue_.empty()) {
         ++stale_steps_;
+        if (service_->metrics_ != nullptr) service_->metrics_->OnStaleStep();
         return absl::OkStatus();
       }
     }
@@ -338,6 +341,9 @@ class DrafterService::SessionReactor final
       return absl::InternalError(absl::StrCat("drafter produced a bad tree: ", valid.message()));
     }
     drafted_nodes_ += static_cast<int>(tree->tokens.size());
+    if (service_->metrics_ != nullptr) {
+      service_->metrics_->OnTreeBuilt(ms / 1e3, static_cast<int>(tree->tokens.size()));
+    }
     out->mutable_tokens()->Assign(tree->tokens.begin(), tree->tokens.end());
     out->mutable_parents()->Assign(tree->parents.begin(), tree->parents.end());
     out->mutable_logprobs()->Assign(tree->logprobs.begin(), tree->logprobs.end());
@@ -380,10 +386,11 @@ class DrafterService::SessionReactor final
 
 DrafterService::DrafterService(const DrafterServiceOptions& options,
                                std::unique_ptr<DrafterFactory> ngram,
-                               std::unique_ptr<DrafterFactory> draft_model)
+                               std::unique_ptr<DrafterFactory> draft_model, DrafterMetrics* metrics)
     : options_(options),
       ngram_(std::move(ngram)),
       draft_model_(std::move(draft_model)),
+      metrics_(metrics),
       pool_(options.worker_threads) {}
 
 DrafterService::~DrafterService() = default;

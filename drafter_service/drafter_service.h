@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "drafter_service/drafter.h"
+#include "drafter_service/drafter_metrics.h"
 #include "drafter_service/worker_pool.h"
 #include "treespec/v1/drafter.grpc.pb.h"
 
@@ -39,9 +40,10 @@ absl::Status ValidateDrafterServiceOptions(const DrafterServiceOptions& options,
 
 class DrafterService final : public v1::Drafter::CallbackService {
  public:
-  // `draft_model` may be null (ngram only). The factories must be thread-safe.
+  // `draft_model` may be null (ngram only). The factories must be thread-safe. `metrics` (may
+  // be null) must outlive the service.
   DrafterService(const DrafterServiceOptions& options, std::unique_ptr<DrafterFactory> ngram,
-                 std::unique_ptr<DrafterFactory> draft_model);
+                 std::unique_ptr<DrafterFactory> draft_model, DrafterMetrics* metrics = nullptr);
   // Shut the grpc::Server down first: it waits for every stream to end.
   ~DrafterService() override;
 
@@ -57,6 +59,7 @@ class DrafterService final : public v1::Drafter::CallbackService {
   const DrafterServiceOptions options_;
   const std::unique_ptr<DrafterFactory> ngram_;
   const std::unique_ptr<DrafterFactory> draft_model_;
+  DrafterMetrics* const metrics_;  // may be null
   std::atomic<int> active_sessions_{0};
   std::atomic<int64_t> total_sessions_{0};
   WorkerPool pool_;  // last: its threads stop before the factories go

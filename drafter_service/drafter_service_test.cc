@@ -44,7 +44,8 @@ class DrafterServiceTest : public ::testing::Test {
     }
     ASSERT_TRUE(ValidateDrafterServiceOptions(options, true, with_draft_model).ok());
     service_ = std::make_unique<DrafterService>(
-        options, std::make_unique<NgramDrafterFactory>(NgramOptions{}), std::move(draft_model));
+        options, std::make_unique<NgramDrafterFactory>(NgramOptions{}), std::move(draft_model),
+        &metrics_);
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -100,6 +101,7 @@ class DrafterServiceTest : public ::testing::Test {
     return stream->Finish();
   }
 
+  DrafterMetrics metrics_;  // before service_: outlives it
   std::unique_ptr<DrafterService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -144,6 +146,13 @@ TEST_F(DrafterServiceTest, OpenCommitTreeRoundTripWithNgram) {
   EXPECT_TRUE(status.ok()) << status.error_message();
   EXPECT_TRUE(WaitForNoSessions());
   EXPECT_EQ(service_->total_sessions(), 1);
+  // The metrics saw the session and its trees (every commit was answered, none went stale).
+  const std::string text = metrics_.Scrape();
+  EXPECT_THAT(text, HasSubstr("treespec_drafter_sessions_total 1\n"));
+  EXPECT_THAT(text, HasSubstr("treespec_drafter_sessions_active 0\n"));
+  EXPECT_THAT(text, HasSubstr("treespec_drafter_trees_total 10\n"));
+  EXPECT_THAT(text, HasSubstr("treespec_drafter_tree_build_seconds_count 10\n"));
+  EXPECT_THAT(text, HasSubstr("treespec_drafter_stale_steps_total 0\n"));
 }
 
 TEST_F(DrafterServiceTest, AutoUsesDefaultsAndHalfCloseFlushesPendingCommits) {

@@ -73,6 +73,9 @@ class E2eTest : public ::testing::Test {
         std::vector<std::string>{kBin + "/treespec-drafter", "--port=0",
                                  "--draft_model=" + kRoot + "/models/tiny-draft"},
         logs_ + "/drafter.log");
+    const std::string drafter_metrics = drafter_->WaitForLine("metrics on", 60);
+    ASSERT_FALSE(drafter_metrics.empty()) << drafter_->Stderr();
+    drafter_metrics_port_ = std::stoi(drafter_metrics.substr(drafter_metrics.rfind(':') + 1));
     const std::string drafter_addr = drafter_->WaitForAddress(60);
     ASSERT_FALSE(drafter_addr.empty()) << drafter_->Stderr();
     verifier_ = std::make_unique<ChildProcess>(
@@ -97,7 +100,7 @@ class E2eTest : public ::testing::Test {
   }
 
   std::string logs_, addr_;
-  int metrics_port_ = 0;
+  int metrics_port_ = 0, drafter_metrics_port_ = 0;
   std::unique_ptr<ChildProcess> drafter_, verifier_;
   std::unique_ptr<v1::Generation::Stub> stub_;
 };
@@ -139,7 +142,7 @@ TEST_F(E2eTest, DrafterKilledMidRunChangesNoOutput) {
 }
 
 // The verifier's /metrics endpoint serves Prometheus text: gauges from the start, and a
-// request's counts once it ends.
+// request's counts once it ends; the drafter's shows the session that request opened.
 TEST_F(E2eTest, MetricsEndpointServesPrometheusText) {
   const std::string before = HttpGet(metrics_port_, "/metrics");
   EXPECT_THAT(before, HasSubstr("treespec_requests_running 0"));
@@ -151,6 +154,10 @@ TEST_F(E2eTest, MetricsEndpointServesPrometheusText) {
   EXPECT_THAT(after, HasSubstr("treespec_generation_tokens_total 32"));
   EXPECT_THAT(after, HasSubstr("treespec_time_to_first_token_seconds_count 1"));
   EXPECT_THAT(HttpGet(metrics_port_, "/"), HasSubstr("GET /metrics")) << "the 404 names the path";
+  // The drafter drafted that request's trees.
+  const std::string drafter = HttpGet(drafter_metrics_port_, "/metrics");
+  EXPECT_THAT(drafter, HasSubstr("treespec_drafter_sessions_total 1"));
+  EXPECT_THAT(drafter, HasSubstr("# TYPE treespec_drafter_tree_build_seconds histogram"));
 }
 
 // SIGTERM drains the verifier: its health goes NOT_SERVING, a new request gets UNAVAILABLE

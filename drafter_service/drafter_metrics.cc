@@ -1,0 +1,60 @@
+#include "drafter_service/drafter_metrics.h"
+
+#include <prometheus/text_serializer.h>
+
+#include <utility>
+
+namespace treespec {
+
+DrafterMetrics::DrafterMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  auto counter = [&](const std::string& name, const std::string& help) {
+    return &prometheus::BuildCounter().Name(name).Help(help).Register(*registry_).Add({});
+  };
+  sessions_ = counter("treespec_drafter_sessions_total", "Draft sessions opened");
+  trees_ = counter("treespec_drafter_trees_total", "Draft trees sent");
+  tree_nodes_ = counter("treespec_drafter_tree_nodes_total", "Nodes of the draft trees sent");
+  stale_steps_ = counter("treespec_drafter_stale_steps_total",
+                         "Commits superseded by a newer one before their tree was drafted");
+  // 50 µs .. ~0.8 s in powers of two: a tree of an n-gram drafter to one of a large draft model.
+  prometheus::Histogram::BucketBoundaries buckets;
+  for (double s = 50e-6; s < 1.0; s *= 2) buckets.push_back(s);
+  build_seconds_ = &prometheus::BuildHistogram()
+                        .Name("treespec_drafter_tree_build_seconds")
+                        .Help("Time to draft one tree, on the worker thread")
+                        .Register(*registry_)
+                        .Add({}, buckets);
+}
+
+void DrafterMetrics::OnSessionOpened() {
+  ++active_;
+  sessions_->Increment();
+}
+
+void DrafterMetrics::OnSessionClosed() { --active_; }
+
+void DrafterMetrics::OnTreeBuilt(double seconds, int nodes) {
+  build_seconds_->Observe(seconds);
+  trees_->Increment();
+  tree_nodes_->Increment(nodes);
+}
+
+void DrafterMetrics::OnStaleStep() { stale_steps_->Increment(); }
+
+std::vector<prometheus::MetricFamily> DrafterMetrics::Collect() const {
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  prometheus::MetricFamily active;
+  active.name = "treespec_drafter_sessions_active";
+  active.help = "Draft sessions open now";
+  active.type = prometheus::MetricType::Gauge;
+  prometheus::ClientMetric metric;
+  metric.gauge.value = active_.load();
+  active.metric.push_back(std::move(metric));
+  families.push_back(std::move(active));
+  return families;
+}
+
+std::string DrafterMetrics::Scrape() const {
+  return prometheus::TextSerializer().Serialize(Collect());
+}
+
+}  // namespace treespec

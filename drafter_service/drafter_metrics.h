@@ -1,0 +1,47 @@
+// The drafter's Prometheus metrics (issue 4), served over HTTP by the binary (--metrics_port):
+//   treespec_drafter_sessions_active (gauge), treespec_drafter_sessions_total,
+//   treespec_drafter_trees_total, treespec_drafter_tree_nodes_total,
+//   treespec_drafter_stale_steps_total (commits superseded before their tree was drafted),
+//   treespec_drafter_tree_build_seconds (histogram: one tree, on the worker thread).
+#ifndef TREESPEC_DRAFTER_SERVICE_DRAFTER_METRICS_H_
+#define TREESPEC_DRAFTER_SERVICE_DRAFTER_METRICS_H_
+
+#include <prometheus/collectable.h>
+#include <prometheus/counter.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace treespec {
+
+class DrafterMetrics final : public prometheus::Collectable {
+ public:
+  DrafterMetrics();
+
+  void OnSessionOpened();
+  void OnSessionClosed();
+  void OnTreeBuilt(double seconds, int nodes);
+  void OnStaleStep();
+
+  // prometheus::Collectable: the counters and histogram, then the active-sessions gauge.
+  std::vector<prometheus::MetricFamily> Collect() const override;
+  // The text exposition of Collect(), as /metrics serves it.
+  std::string Scrape() const;
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::atomic<int> active_{0};
+  prometheus::Counter* sessions_;
+  prometheus::Counter* trees_;
+  prometheus::Counter* tree_nodes_;
+  prometheus::Counter* stale_steps_;
+  prometheus::Histogram* build_seconds_;
+};
+
+}  // namespace treespec
+
+#endif  // TREESPEC_DRAFTER_SERVICE_DRAFTER_METRICS_H_
