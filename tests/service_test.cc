@@ -339,6 +339,7 @@ double Scraped(const std::string& text, const std::string& series) {
 // the speculation counters equal the sums of the requests' own statistics.
 TEST_F(ServiceTest, MetricsCountWhatClientsSaw) {
   ServingMetrics metrics([this] { return engine_->Snapshot(); });
+  drafts_->SetMetrics(&metrics);
   ServiceInfo info;
   info.model_name = "tiny-target";
   GenerationService service(engine_.get(), model_.get(), tokenizer_.get(), info, &metrics);
@@ -376,7 +377,12 @@ TEST_F(ServiceTest, MetricsCountWhatClientsSaw) {
   EXPECT_EQ(Scraped(text, "treespec_requests_running"), 0);
   EXPECT_EQ(Scraped(text, "treespec_kv_cache_utilization"), 0);
   EXPECT_EQ(Scraped(text, "treespec_kv_cache_pages"), engine_->Snapshot().kv_pages_total);
+  // The trees answering commits were timed: every drafted step's but perhaps the first of each
+  // of the two speculative requests (answering the session's open, not a commit).
+  EXPECT_GE(Scraped(text, "treespec_drafter_round_trip_seconds_count"), steps - fallback - 2);
+  EXPECT_GT(Scraped(text, "treespec_drafter_round_trip_seconds_count"), 0);
   local.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  drafts_->SetMetrics(nullptr);  // `metrics` goes out of scope before the fixture's engine
 }
 
 // A service not yet activated (the verifier listens while its model loads) answers UNAVAILABLE

@@ -9,6 +9,8 @@
 #include <optional>
 #include <utility>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/util/log.h"
 #include "verifier_service/proto_conversion.h"
 
@@ -21,8 +23,8 @@ namespace {
 class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1::DraftResponse> {
  public:
   SessionReactor(v1::Drafter::Stub* stub, const DraftOpenParams& params,
-                 std::function<void()> on_arrival)
-      : on_arrival_(std::move(on_arrival)) {
+                 std::function<void()> on_arrival, ServingMetrics* metrics)
+      : on_arrival_(std::move(on_arrival)), metrics_(metrics) {
     v1::DraftRequest open;
     v1::DraftOpen* o = open.mutable_open();
     o->set_request_id(params.request_id);
@@ -47,6 +49,8 @@ class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1
     request.mutable_commit()->mutable_tokens()->Add(tokens.begin(), tokens.end());
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_ || detached_) return;
+    last_commit_step_ = step;
+    last_commit_sent_ = absl::Now();
     pending_.push_back(std::move(request));
     if (!writing_) {
       writing_ = true;
@@ -107,6 +111,9 @@ class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1
         tree.logprobs.assign(t.logprobs().begin(), t.logprobs().end());
         latest_step_ = t.step();
         latest_ = std::move(tree);
+        if (metrics_ != nullptr && latest_step_ == last_commit_step_) {
+          metrics_->ObserveDrafterRoundTrip(absl::ToDoubleSeconds(absl::Now() - last_commit_sent_));
+        }
       } else {
         finished_ = true;  // the drafter closed or failed the stream
         if (!detached_) TS_LOG(kWarning, "draft stream ended; continuing without speculation");
@@ -141,6 +148,9 @@ class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1
   bool detached_ = false;
   std::optional<DraftedTree> latest_;
   int64_t latest_step_ = -1;
+  ServingMetrics* const metrics_;  // may be null
+  int64_t last_commit_step_ = -1;  // the newest commit and when it was handed to gRPC
+  absl::Time last_commit_sent_;
 };
 
 class GrpcDraftStream final : public DraftStream {
@@ -179,7 +189,7 @@ GrpcDraftSource::GrpcDraftSource(const std::string& target)
 std::unique_ptr<DraftStream> GrpcDraftSource::Open(const DraftOpenParams& params,
                                                    std::function<void()> on_arrival) {
   return std::make_unique<GrpcDraftStream>(
-      new SessionReactor(stub_.get(), params, std::move(on_arrival)));
+      new SessionReactor(stub_.get(), params, std::move(on_arrival), metrics_.load()));
 }
 
 }  // namespace treespec

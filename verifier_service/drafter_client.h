@@ -5,11 +5,13 @@
 
 #include <grpcpp/channel.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 
 #include "treespec/v1/drafter.grpc.pb.h"
 #include "verifier_service/draft_source.h"
+#include "verifier_service/serving_metrics.h"
 
 namespace treespec {
 
@@ -23,11 +25,15 @@ class GrpcDraftSource final : public DraftSource {
   std::unique_ptr<DraftStream> Open(const DraftOpenParams& params,
                                     std::function<void()> on_arrival) override;
   std::string target() const override { return target_; }
+  // Where draft round-trip times go (null: nowhere); set before sessions open. Must outlive
+  // the sessions.
+  void SetMetrics(ServingMetrics* metrics) { metrics_.store(metrics); }
 
  private:
   std::string target_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Drafter::Stub> stub_;
+  std::atomic<ServingMetrics*> metrics_{nullptr};
 };
 
 }  // namespace treespec

@@ -117,7 +117,7 @@ class ScriptedDraftStream final : public MailboxDraftStream {
 // its own lock, and on_arrival takes the engine's lock, so on_arrival must never run under `mu`
 // (that order inversion deadlocked SlowDrafterRecovers under load).
 struct DelayedMailbox {
-  std::mutex mu;                     // guards tree and step
+  std::mutex mu;  // guards tree and step
   std::optional<DraftedTree> tree;
   int64_t step = -1;
   std::mutex notify_mu;              // held while on_arrival runs, never together with mu

@@ -45,6 +45,11 @@ ServingMetrics::ServingMetrics(std::function<EngineSnapshot()> snapshot)
               .Help("Gap between two stream messages of a request that brought tokens")
               .Register(*registry_)
               .Add({}, LatencyBuckets());
+  drafter_rtt_ = &prometheus::BuildHistogram()
+                      .Name("treespec_drafter_round_trip_seconds")
+                      .Help("From sending a commit to the drafter to its draft tree's arrival")
+                      .Register(*registry_)
+                      .Add({}, LatencyBuckets());
   requests_ = &prometheus::BuildCounter()
                    .Name("treespec_requests_total")
                    .Help("Requests ended, by finish reason (error: failed)")
@@ -74,6 +79,8 @@ ServingMetrics::ServingMetrics(std::function<EngineSnapshot()> snapshot)
 void ServingMetrics::ObserveTimeToFirstToken(double seconds) { ttft_->Observe(seconds); }
 
 void ServingMetrics::ObserveInterTokenLatency(double seconds) { itl_->Observe(seconds); }
+
+void ServingMetrics::ObserveDrafterRoundTrip(double seconds) { drafter_rtt_->Observe(seconds); }
 
 void ServingMetrics::OnFinished(const GenerationUpdate& u) {
   requests_->Add({{"reason", u.status.ok() ? FinishReasonName(u.finish_reason) : "error"}})

@@ -5,7 +5,8 @@
 //     treespec_requests_running, treespec_requests_queued,
 //     treespec_kv_cache_pages, treespec_kv_cache_utilization (used / all pages, 0..1)
 //   histograms: treespec_time_to_first_token_seconds, treespec_inter_token_latency_seconds
-//     (the gap between two stream messages that brought tokens)
+//     (the gap between two stream messages that brought tokens),
+//     treespec_drafter_round_trip_seconds (a commit sent to the drafter until its tree arrives)
 //   counters, added when a request ends:
 //     treespec_requests_total{reason} (finish reason, or "error"),
 //     treespec_prompt_tokens_total, treespec_generation_tokens_total,
@@ -45,6 +46,8 @@ class ServingMetrics final : public prometheus::Collectable {
   void ObserveTimeToFirstToken(double seconds);
   // Tokens reached the stream `seconds` after the previous ones of the same request.
   void ObserveInterTokenLatency(double seconds);
+  // A draft tree arrived `seconds` after the commit it answers was sent.
+  void ObserveDrafterRoundTrip(double seconds);
   // A request ended with `final_update` (finished set).
   void OnFinished(const GenerationUpdate& final_update);
 
@@ -58,6 +61,7 @@ class ServingMetrics final : public prometheus::Collectable {
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Histogram* ttft_;
   prometheus::Histogram* itl_;
+  prometheus::Histogram* drafter_rtt_;
   prometheus::Family<prometheus::Counter>* requests_;
   prometheus::Counter* prompt_tokens_;
   prometheus::Counter* generation_tokens_;

@@ -186,6 +186,7 @@ int main(int argc, char** argv) {
     std::printf("treespec-verifier metrics on %s:%d\n", absl::GetFlag(FLAGS_host).c_str(),
                 metrics_server->port());
   }
+  if (loaded->drafts != nullptr) loaded->drafts->SetMetrics(&metrics);
   service.Activate(&engine, &model, loaded->tokenizer.get(), info, &metrics);
   server->GetHealthCheckService()->SetServingStatus(true);
   std::printf("treespec-verifier listening on %s:%d\n", absl::GetFlag(FLAGS_host).c_str(), port);
