@@ -1,14 +1,12 @@
 #include "drafter_service/drafter_metrics.h"
 
-#include <prometheus/text_serializer.h>
-
-#include <utility>
+#include "common/metrics/exposition.h"
 
 namespace treespec {
 
 DrafterMetrics::DrafterMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
   auto counter = [&](const std::string& name, const std::string& help) {
-    return &prometheus::BuildCounter().Name(name).Help(help).Register(*registry_).Add({});
+    return &AddCounter(*registry_, name, help);
   };
   sessions_ = counter("treespec_drafter_sessions_total", "Draft sessions opened");
   trees_ = counter("treespec_drafter_trees_total", "Draft trees sent");
@@ -42,19 +40,11 @@ void DrafterMetrics::OnStaleStep() { stale_steps_->Increment(); }
 
 std::vector<prometheus::MetricFamily> DrafterMetrics::Collect() const {
   std::vector<prometheus::MetricFamily> families = registry_->Collect();
-  prometheus::MetricFamily active;
-  active.name = "treespec_drafter_sessions_active";
-  active.help = "Draft sessions open now";
-  active.type = prometheus::MetricType::Gauge;
-  prometheus::ClientMetric metric;
-  metric.gauge.value = active_.load();
-  active.metric.push_back(std::move(metric));
-  families.push_back(std::move(active));
+  families.push_back(
+      GaugeFamily("treespec_drafter_sessions_active", "Draft sessions open now", active_.load()));
   return families;
 }
 
-std::string DrafterMetrics::Scrape() const {
-  return prometheus::TextSerializer().Serialize(Collect());
-}
+std::string DrafterMetrics::Scrape() const { return TextExposition(*this); }
 
 }  // namespace treespec

@@ -38,6 +38,9 @@ std::string TempDir() {
   return mkdtemp(pattern);
 }
 
+// The port of a "... metrics on HOST:PORT" line.
+int PortOf(const std::string& line) { return std::stoi(line.substr(line.rfind(':') + 1)); }
+
 // The body of GET `path` from 127.0.0.1:`port` (HTTP/1.0, the connection closed by the server),
 // or "" on any failure.
 std::string HttpGet(int port, const std::string& path) {
@@ -75,7 +78,7 @@ class E2eTest : public ::testing::Test {
         logs_ + "/drafter.log");
     const std::string drafter_metrics = drafter_->WaitForLine("metrics on", 60);
     ASSERT_FALSE(drafter_metrics.empty()) << drafter_->Stderr();
-    drafter_metrics_port_ = std::stoi(drafter_metrics.substr(drafter_metrics.rfind(':') + 1));
+    drafter_metrics_port_ = PortOf(drafter_metrics);
     const std::string drafter_addr = drafter_->WaitForAddress(60);
     ASSERT_FALSE(drafter_addr.empty()) << drafter_->Stderr();
     verifier_ = std::make_unique<ChildProcess>(
@@ -86,7 +89,7 @@ class E2eTest : public ::testing::Test {
     // "treespec-verifier metrics on HOST:PORT" comes first, then the listening line.
     const std::string metrics = verifier_->WaitForLine("metrics on", 60);
     ASSERT_FALSE(metrics.empty()) << verifier_->Stderr();
-    metrics_port_ = std::stoi(metrics.substr(metrics.rfind(':') + 1));
+    metrics_port_ = PortOf(metrics);
     addr_ = verifier_->WaitForAddress(60);
     ASSERT_FALSE(addr_.empty()) << verifier_->Stderr();
     stub_ = v1::Generation::NewStub(grpc::CreateChannel(addr_, grpc::InsecureChannelCredentials()));

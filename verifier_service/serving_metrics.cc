@@ -1,10 +1,9 @@
 #include "verifier_service/serving_metrics.h"
 
-#include <prometheus/gauge.h>
-#include <prometheus/text_serializer.h>
-
 #include <string>
 #include <utility>
+
+#include "common/metrics/exposition.h"
 
 namespace treespec {
 namespace {
@@ -17,23 +16,12 @@ prometheus::Histogram::BucketBoundaries LatencyBuckets() {
   return b;
 }
 
-prometheus::MetricFamily Gauge(const std::string& name, const std::string& help, double value) {
-  prometheus::MetricFamily family;
-  family.name = name;
-  family.help = help;
-  family.type = prometheus::MetricType::Gauge;
-  prometheus::ClientMetric metric;
-  metric.gauge.value = value;
-  family.metric.push_back(std::move(metric));
-  return family;
-}
-
 }  // namespace
 
 ServingMetrics::ServingMetrics(std::function<EngineSnapshot()> snapshot)
     : snapshot_(std::move(snapshot)), registry_(std::make_shared<prometheus::Registry>()) {
   auto counter = [&](const std::string& name, const std::string& help) {
-    return &prometheus::BuildCounter().Name(name).Help(help).Register(*registry_).Add({});
+    return &AddCounter(*registry_, name, help);
   };
   ttft_ = &prometheus::BuildHistogram()
                .Name("treespec_time_to_first_token_seconds")
@@ -107,17 +95,16 @@ std::vector<prometheus::MetricFamily> ServingMetrics::Collect() const {
   std::vector<prometheus::MetricFamily> families = registry_->Collect();
   const EngineSnapshot s = snapshot_();
   families.push_back(
-      Gauge("treespec_requests_running", "Requests in the running batch", s.running));
-  families.push_back(Gauge("treespec_requests_queued", "Requests waiting for admission", s.queued));
-  families.push_back(Gauge("treespec_kv_cache_pages", "KV cache pages", s.kv_pages_total));
-  families.push_back(Gauge(
+      GaugeFamily("treespec_requests_running", "Requests in the running batch", s.running));
+  families.push_back(
+      GaugeFamily("treespec_requests_queued", "Requests waiting for admission", s.queued));
+  families.push_back(GaugeFamily("treespec_kv_cache_pages", "KV cache pages", s.kv_pages_total));
+  families.push_back(GaugeFamily(
       "treespec_kv_cache_utilization", "Used share of the KV cache pages",
       s.kv_pages_total > 0 ? 1.0 - static_cast<double>(s.kv_pages_free) / s.kv_pages_total : 0.0));
   return families;
 }
 
-std::string ServingMetrics::Scrape() const {
-  return prometheus::TextSerializer().Serialize(Collect());
-}
+std::string ServingMetrics::Scrape() const { return TextExposition(*this); }
 
 }  // namespace treespec

@@ -3,7 +3,6 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <prometheus/text_serializer.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -15,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/metrics/exposition.h"
 
 namespace treespec {
 namespace {
@@ -92,7 +92,7 @@ void MetricsHttpServer::Answer(int fd) {
   }
   std::string status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8", body;
   if (absl::StartsWith(request, "GET /metrics ") || absl::StartsWith(request, "GET /metrics?")) {
-    body = prometheus::TextSerializer().Serialize(metrics_->Collect());
+    body = TextExposition(*metrics_);
   } else {
     status = "404 Not Found";
     type = "text/plain; charset=utf-8";

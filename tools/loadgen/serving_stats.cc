@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -24,32 +25,39 @@ double StdDev(absl::Span<const double> v) {
   return std::sqrt(sum / static_cast<double>(v.size()));
 }
 
+// Percentile of values sorted ascending (the interpolation Percentile documents).
+double SortedPercentile(absl::Span<const double> sorted, double p) {
+  if (sorted.empty()) return 0;
+  const double rank = std::clamp(p, 0.0, 100.0) / 100.0 * static_cast<double>(sorted.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(rank));
+  const size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - static_cast<double>(lo));
+}
+
 // "99" for 99, "99.9" for 99.9: vLLM's spelling of a percentile in key names.
 std::string PercentileWord(double p) {
   if (p == std::floor(p)) return absl::StrCat(static_cast<int64_t>(p));
   return absl::StrCat(p);
 }
 
-void AddMetric(nlohmann::json& out, const std::string& name, absl::Span<const double> values,
+// Sorts `values` (once, for the median and every percentile).
+void AddMetric(nlohmann::json& out, const std::string& name, std::vector<double>& values,
                absl::Span<const double> percentiles) {
+  std::sort(values.begin(), values.end());
   out[absl::StrCat("mean_", name, "_ms")] = Mean(values);
-  out[absl::StrCat("median_", name, "_ms")] = Percentile(values, 50);
+  out[absl::StrCat("median_", name, "_ms")] = SortedPercentile(values, 50);
   out[absl::StrCat("std_", name, "_ms")] = StdDev(values);
   for (double p : percentiles) {
-    out[absl::StrCat("p", PercentileWord(p), "_", name, "_ms")] = Percentile(values, p);
+    out[absl::StrCat("p", PercentileWord(p), "_", name, "_ms")] = SortedPercentile(values, p);
   }
 }
 
 }  // namespace
 
 double Percentile(absl::Span<const double> values, double p) {
-  if (values.empty()) return 0;
   std::vector<double> sorted(values.begin(), values.end());
   std::sort(sorted.begin(), sorted.end());
-  const double rank = std::clamp(p, 0.0, 100.0) / 100.0 * static_cast<double>(sorted.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(rank));
-  const size_t hi = std::min(lo + 1, sorted.size() - 1);
-  return sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - static_cast<double>(lo));
+  return SortedPercentile(sorted, p);
 }
 
 std::optional<double> Tpot(const RequestRecord& r) {
