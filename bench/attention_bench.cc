@@ -2,7 +2,8 @@
 // (DESIGN §7), Llama-3-8B shape by default (32 q / 8 kv heads, head dim 128, pages of 16).
 //
 //   treespec-attention-bench [--contexts=1024,8192,32768,131072] [--nodes=1,16,64,256]
-//                            [--batches=1,8] [--reps=20] [--json=out.json]
+//                            [--batches=1,8] [--tile_rows=0,64,128] [--reps=20]
+//                            [--json=out.json]
 //
 // Per point: every sequence has `context` committed tokens plus a random tree of `nodes`
 // nodes (parents drawn among earlier nodes), its pages in shuffled order. Each repetition
@@ -48,6 +49,8 @@ ABSL_FLAG(int, head_dim, 128, "head dim");
 ABSL_FLAG(int, reps, 20, "timed launches per point");
 ABSL_FLAG(int, min_split_tiles, 1, "TreeAttentionOptions::min_split_tiles");
 ABSL_FLAG(int, ctas_per_sm, 0, "TreeAttentionOptions::target_ctas_per_sm (0: all resident)");
+ABSL_FLAG(std::vector<std::string>, tile_rows, std::vector<std::string>({"0"}),
+          "TreeAttentionOptions::tile_rows to run, each point once per value (0: automatic)");
 ABSL_FLAG(std::string, json, "", "also write the results here");
 
 namespace treespec::gpu {
@@ -57,7 +60,7 @@ constexpr int kPageSize = 16;
 constexpr size_t kFlushBytes = size_t{512} << 20;  // > L2 (50 MiB on H100/H200)
 
 struct Case {
-  int context, nodes, batch;
+  int context, nodes, batch, tile_rows;
 };
 
 absl::StatusOr<nlohmann::json> RunCase(const Case& c, const GpuCeilings& ceilings,
@@ -103,6 +106,7 @@ absl::StatusOr<nlohmann::json> RunCase(const Case& c, const GpuCeilings& ceiling
                     1 << 16};
   options.min_split_tiles = absl::GetFlag(FLAGS_min_split_tiles);
   options.target_ctas_per_sm = absl::GetFlag(FLAGS_ctas_per_sm);
+  options.tile_rows = c.tile_rows;
   ASSIGN_OR_RETURN(std::unique_ptr<TreeAttention> attention, TreeAttention::Create(options));
   RETURN_IF_ERROR(attention->Prepare(seqs, stream));
 
@@ -152,6 +156,7 @@ absl::StatusOr<nlohmann::json> RunCase(const Case& c, const GpuCeilings& ceiling
        bytes / ceilings.copy_bandwidth >= flops / ceilings.bf16_gemm_rate ? "memory" : "compute"},
       {"ratio_to_floor", median_us / floor_us},
       {"ctas", attention->plan().items.size()},
+      {"tile_rows", attention->plan().tile_rows},
       {"split_tiles", attention->plan().num_split_tiles}};
 }
 
@@ -164,20 +169,23 @@ absl::Status Main() {
               ceilings.device.c_str(), ceilings.copy_bandwidth, ceilings.bf16_gemm_rate,
               absl::GetFlag(FLAGS_q_heads), absl::GetFlag(FLAGS_kv_heads),
               absl::GetFlag(FLAGS_head_dim), kPageSize);
-  std::printf("%8s %6s %5s %11s %11s %11s %7s %8s %6s\n", "context", "nodes", "batch", "median_us",
-              "floor_us", "ratio", "bound", "TB/s", "TF/s");
+  std::printf("%8s %6s %5s %4s %11s %11s %11s %7s %8s %6s\n", "context", "nodes", "batch", "tile",
+              "median_us", "floor_us", "ratio", "bound", "TB/s", "TF/s");
   nlohmann::json results = nlohmann::json::array();
   for (const std::string& b : absl::GetFlag(FLAGS_batches)) {
     for (const std::string& ctx : absl::GetFlag(FLAGS_contexts)) {
       for (const std::string& n : absl::GetFlag(FLAGS_nodes)) {
-        const Case c{std::stoi(ctx), std::stoi(n), std::stoi(b)};
-        ASSIGN_OR_RETURN(nlohmann::json r, RunCase(c, ceilings, flush, stream));
-        std::printf("%8d %6d %5d %11.2f %11.2f %11.2f %7s %8.2f %6.0f\n", c.context, c.nodes,
-                    c.batch, r["median_us"].get<double>(), r["floor_us"].get<double>(),
-                    r["ratio_to_floor"].get<double>(), r["bound"].get<std::string>().c_str(),
-                    r["bytes_per_s"].get<double>() / 1e12, r["flops_per_s"].get<double>() / 1e12);
-        std::fflush(stdout);
-        results.push_back(std::move(r));
+        for (const std::string& t : absl::GetFlag(FLAGS_tile_rows)) {
+          const Case c{std::stoi(ctx), std::stoi(n), std::stoi(b), std::stoi(t)};
+          ASSIGN_OR_RETURN(nlohmann::json r, RunCase(c, ceilings, flush, stream));
+          std::printf("%8d %6d %5d %4d %11.2f %11.2f %11.2f %7s %8.2f %6.0f\n", c.context, c.nodes,
+                      c.batch, r["tile_rows"].get<int>(), r["median_us"].get<double>(),
+                      r["floor_us"].get<double>(), r["ratio_to_floor"].get<double>(),
+                      r["bound"].get<std::string>().c_str(), r["bytes_per_s"].get<double>() / 1e12,
+                      r["flops_per_s"].get<double>() / 1e12);
+          std::fflush(stdout);
+          results.push_back(std::move(r));
+        }
       }
     }
   }

@@ -5,7 +5,8 @@
 //
 //   treespec-verify-step-bench [--contexts=1024,8192,32768] [--nodes=1,16,64] [--reps=20]
 //                              [--layers=32] [--tp=1,2] [--peer_all_reduce] [--cuda_graphs]
-//                              [--few_row_gemm] [--dependent_launch] [--breakdown]
+//                              [--few_row_gemm] [--dependent_launch] [--attention_tile_rows=N]
+//                              [--breakdown]
 //                              [--json=out.json]
 //
 // Per context: one sequence is prefilled with random tokens (a real prefill through the same
@@ -59,6 +60,8 @@ ABSL_FLAG(bool, few_row_gemm, true,
           "GEMMs of few rows (GemmOptions::skinny_max_rows) through the few-row kernel "
           "(false: cuBLASLt for all)");
 ABSL_FLAG(bool, dependent_launch, true, "the few-row GEMM as a programmatic dependent launch");
+ABSL_FLAG(int, attention_tile_rows, 0,
+          "tree attention's query rows per CTA: 0 = per launch (64, or 128 past 64 rows), 64, 128");
 ABSL_FLAG(bool, breakdown, false,
           "also time every op of rank 0 (events after each op; separate steps, not the timed "
           "ones) and print GPU us per step by op");
@@ -209,6 +212,7 @@ absl::Status Main() {
     cuda.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
     if (!absl::GetFlag(FLAGS_few_row_gemm)) cuda.gemm.skinny_max_rows = 0;
     cuda.gemm.dependent_launch = absl::GetFlag(FLAGS_dependent_launch);
+    cuda.attention_tile_rows = absl::GetFlag(FLAGS_attention_tile_rows);
     ASSIGN_OR_RETURN(std::unique_ptr<CausalLm> model,
                      CreateRandomCudaCausalLm(config, 1, lm, cuda));
     std::printf(
@@ -237,7 +241,8 @@ absl::Status Main() {
                   {"peer_all_reduce", absl::GetFlag(FLAGS_peer_all_reduce)},
                   {"cuda_graphs", absl::GetFlag(FLAGS_cuda_graphs)},
                   {"few_row_gemm", absl::GetFlag(FLAGS_few_row_gemm)},
-                  {"dependent_launch", absl::GetFlag(FLAGS_dependent_launch)}});
+                  {"dependent_launch", absl::GetFlag(FLAGS_dependent_launch)},
+                  {"attention_tile_rows", absl::GetFlag(FLAGS_attention_tile_rows)}});
   return absl::OkStatus();
 }
 

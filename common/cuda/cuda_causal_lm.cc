@@ -145,6 +145,7 @@ absl::Status CudaCausalLm::Init(const CudaLmOptions& cuda,
   o.step_out_ints = size_t{kStepSeqs} * (2 * kMaxPath + 1);
   o.cuda_graphs = cuda.cuda_graphs;
   o.gemm = cuda.gemm;
+  o.attention_tile_rows = cuda.attention_tile_rows;
   for (int r = 0; r < tp; ++r) {
     o.device = devices_[r];
     o.rank = r;

@@ -53,6 +53,8 @@ struct CudaLmOptions {
   bool cuda_graphs = true;
   // Which GEMM kernels the shards use (the few-row kernel for verify steps by default).
   GemmOptions gemm;
+  // Tree attention's query rows per CTA: 0 = per launch (AutoTileRows), or 64 / 128.
+  int attention_tile_rows = 0;
 };
 
 // Builds the model from full fp32 host weights (each rank converts its slice to bf16 on its

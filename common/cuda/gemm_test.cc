@@ -361,7 +361,7 @@ TEST_F(GemmTest, FewRowKernelRowsDoNotDependOnOtherRows) {
                 .y_bf16 = d_all.data()};
   ASSERT_OK(gemm->Run(args, stream_));
   ASSERT_OK_AND_ASSIGN(const std::vector<bf16> all, Download(d_all));
-  for (const int m : {1, 5, 8, 9, 16, 31, 33, 63}) {
+  for (const int m : {1, 5, 8, 9, 16, 17, 24, 25, 31, 33, 63}) {
     SCOPED_TRACE(absl::StrCat("m ", m));
     const size_t count = static_cast<size_t>(m) * kN;
     ASSERT_OK_AND_ASSIGN(auto d_y, Poisoned(count));

@@ -140,44 +140,49 @@ class TreeAttentionTest : public CudaTest {
       row += specs[b].num_nodes - specs[b].first_query;
     }
 
-    // GPU.
-    TreeAttentionOptions options;
-    options.heads = {shape.num_q_heads, shape.num_kv_heads, shape.group_size, shape.q_head_shift};
-    options.head_dim = d;
-    options.page_size = shape.page_size;
-    options.pool_pages = total_pages;
-    options.scale = scale;
-    options.limits = {64, 4096, 65536, 16384, 16384};
-    options.min_split_tiles = min_split_tiles;
-    ASSERT_OK_AND_ASSIGN(auto attention, gpu::TreeAttention::Create(options));
-    ASSERT_OK(attention->Prepare(descs, stream_));
-    ASSERT_EQ(attention->plan().num_query_rows, rows);
-    ASSERT_OK_AND_ASSIGN(auto d_q, Upload(q.bf));
-    ASSERT_OK_AND_ASSIGN(auto d_out, Poisoned(rows * row_elems));
-    ASSERT_CUDA(attention->Run(layer, d_q.data(), d_out.data(), stream_));
-    ASSERT_OK_AND_ASSIGN(const std::vector<bf16> got, Download(d_out));
-    ExpectGuardIntact(got, rows * row_elems);
+    // GPU, with each query tile size (the CPU result is the same for both).
+    for (int tile_rows : {kAttnSmallTileRows, kAttnMaxTileRows}) {
+      SCOPED_TRACE(absl::StrCat("tiles of ", tile_rows, " rows"));
+      TreeAttentionOptions options;
+      options.heads = {shape.num_q_heads, shape.num_kv_heads, shape.group_size, shape.q_head_shift};
+      options.head_dim = d;
+      options.page_size = shape.page_size;
+      options.pool_pages = total_pages;
+      options.scale = scale;
+      options.limits = {64, 4096, 65536, 16384, 16384};
+      options.min_split_tiles = min_split_tiles;
+      options.tile_rows = tile_rows;
+      ASSERT_OK_AND_ASSIGN(auto attention, gpu::TreeAttention::Create(options));
+      ASSERT_OK(attention->Prepare(descs, stream_));
+      ASSERT_EQ(attention->plan().num_query_rows, rows);
+      ASSERT_EQ(attention->plan().tile_rows, tile_rows);
+      ASSERT_OK_AND_ASSIGN(auto d_q, Upload(q.bf));
+      ASSERT_OK_AND_ASSIGN(auto d_out, Poisoned(rows * row_elems));
+      ASSERT_CUDA(attention->Run(layer, d_q.data(), d_out.data(), stream_));
+      ASSERT_OK_AND_ASSIGN(const std::vector<bf16> got, Download(d_out));
+      ExpectGuardIntact(got, rows * row_elems);
 
-    // A second launch must give the same bits (split semaphores were reset).
-    ASSERT_CUDA(attention->Run(layer, d_q.data(), d_out.data(), stream_));
-    ASSERT_OK_AND_ASSIGN(const std::vector<bf16> again, Download(d_out));
+      // A second launch must give the same bits (split semaphores were reset).
+      ASSERT_CUDA(attention->Run(layer, d_q.data(), d_out.data(), stream_));
+      ASSERT_OK_AND_ASSIGN(const std::vector<bf16> again, Download(d_out));
 
-    double err2 = 0, ref2 = 0;
-    int bad = 0;
-    for (size_t e = 0; e < rows * row_elems; ++e) {
-      const float g = ToFloat(got[e]);
-      const double tol = kBf16U * std::fabs(want[e]) + kBf16U * 1.0 + 1e-6;
-      ASSERT_EQ(Bits(got[e]), Bits(again[e])) << "element " << e << " differs between launches";
-      if (!(std::fabs(g - want[e]) <= tol) && bad++ < 5) {
-        ADD_FAILURE() << "row " << e / row_elems << " head " << (e % row_elems) / d << " dim "
-                      << e % d << ": got " << g << " want " << want[e];
+      double err2 = 0, ref2 = 0;
+      int bad = 0;
+      for (size_t e = 0; e < rows * row_elems; ++e) {
+        const float g = ToFloat(got[e]);
+        const double tol = kBf16U * std::fabs(want[e]) + kBf16U * 1.0 + 1e-6;
+        ASSERT_EQ(Bits(got[e]), Bits(again[e])) << "element " << e << " differs between launches";
+        if (!(std::fabs(g - want[e]) <= tol) && bad++ < 5) {
+          ADD_FAILURE() << "row " << e / row_elems << " head " << (e % row_elems) / d << " dim "
+                        << e % d << ": got " << g << " want " << want[e];
+        }
+        err2 += (g - want[e]) * (g - want[e]);
+        ref2 += static_cast<double>(want[e]) * want[e];
       }
-      err2 += (g - want[e]) * (g - want[e]);
-      ref2 += static_cast<double>(want[e]) * want[e];
+      EXPECT_EQ(bad, 0);
+      EXPECT_LE(std::sqrt(err2 / ref2), 1e-2) << "RMS relative error";
+      EXPECT_GT(ref2, 0.0);
     }
-    EXPECT_EQ(bad, 0);
-    EXPECT_LE(std::sqrt(err2 / ref2), 1e-2) << "RMS relative error";
-    EXPECT_GT(ref2, 0.0);
   }
 };
 

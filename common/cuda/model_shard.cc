@@ -36,6 +36,31 @@ const char* ShardOpName(ShardOp op) {
   return kNames[static_cast<int>(op)];
 }
 
+namespace {
+
+// The rows a graph of `rows` rows is captured for, and its bucket: powers of two, except
+// multiples of 8 from 8 to 64 rows, so a verify step's 17 rows (16 drafted nodes + the root)
+// run the few-row GEMM's 24-row form (measured faster than 32 rows: docs/performance.md).
+struct GraphBucket {
+  int rows, index;
+};
+GraphBucket GraphBucketOf(int rows) {
+  if (rows <= 8) {
+    int index = 0;
+    while ((1 << index) < rows) ++index;
+    return {1 << index, index};  // 1, 2, 4, 8 -> 0..3
+  }
+  if (rows <= 64) {
+    const int eighths = (rows + 7) / 8;  // 2..8
+    return {8 * eighths, 2 + eighths};   // 16, 24, ..., 64 -> 4..10
+  }
+  int index = 10, padded = 64;
+  while (padded < rows) padded *= 2, ++index;
+  return {padded, index};
+}
+
+}  // namespace
+
 ModelShard::~ModelShard() {
   cudaSetDevice(options_.device);
   if (stream_ != nullptr) {
@@ -162,6 +187,7 @@ absl::Status ModelShard::Init(const TensorSource& source) {
   attn.limits.max_mask_words = std::max(1 << 16, 2 * rows * ((rows + 63) / 64));
   attn.limits.max_items = rows * hkv + 4096;
   attn.limits.max_partials = 4096;
+  attn.tile_rows = options_.attention_tile_rows;
   ASSIGN_OR_RETURN(attention_, TreeAttention::Create(attn));
 
   const size_t r = static_cast<size_t>(rows);
@@ -184,9 +210,7 @@ absl::Status ModelShard::Init(const TensorSource& source) {
   }
   ASSIGN_OR_RETURN(rows_meta_, DeviceBuffer<int32_t>::Create(3 * r));
   RETURN_IF_ERROR(meta_staging_.Allocate(3 * r * sizeof(int32_t)));
-  int buckets = 1;
-  while ((1 << (buckets - 1)) < rows) ++buckets;
-  graphs_.resize(buckets);
+  graphs_.resize(2 * (GraphBucketOf(rows).index + 1));  // [attention tile size][row bucket]
   // CommitPath: [committed, path_len, path (max 1024), page offsets (2), pages].
   ASSIGN_OR_RETURN(commit_meta_, DeviceBuffer<int32_t>::Create(4 + 1024 + options_.num_pages));
   ASSIGN_OR_RETURN(step_in_, DeviceBuffer<unsigned char>::Create(options_.step_bytes));
@@ -237,11 +261,7 @@ absl::Status ModelShard::Forward(const int32_t* meta, int rows,
   }
   const bool graph = options_.cuda_graphs && plan_.world_size() == 1 && !timing_;
   int padded = rows;
-  if (graph) {
-    padded = 1;
-    while (padded < rows) padded *= 2;
-    padded = std::min(padded, options_.max_rows);
-  }
+  if (graph) padded = std::min(GraphBucketOf(rows).rows, options_.max_rows);
   // Padded rows: token 0 at position 0, K/V into the scratch page's first slot.
   RETURN_IF_ERROR(WaitStaged());  // the last upload has left meta_staging_
   int32_t* m = meta_staging_.ints();
@@ -258,9 +278,10 @@ absl::Status ModelShard::Forward(const int32_t* meta, int rows,
 }
 
 absl::Status ModelShard::LayersGraph(int rows) {
-  int bucket = 0;
-  while ((1 << bucket) < rows) ++bucket;
-  Graph& g = graphs_[bucket];
+  const int bucket = GraphBucketOf(rows).index;
+  // The attention kernel is part of the graph and differs per query tile size.
+  const bool large_tiles = attention_->plan().tile_rows == kAttnMaxTileRows;
+  Graph& g = graphs_[bucket + (large_tiles ? graphs_.size() / 2 : 0)];
   const int items = static_cast<int>(attention_->plan().items.size());
   if (g.exec != nullptr && items <= g.attention_capacity) {
     CUDA_RETURN_IF_ERROR(cudaGraphLaunch(g.exec, stream_));

@@ -74,6 +74,7 @@ struct ShardOptions {
   // past the real ones compute on a scratch KV slot and are ignored).
   bool cuda_graphs = true;
   GemmOptions gemm;
+  int attention_tile_rows = 0;  // TreeAttentionOptions::tile_rows
 };
 
 // Where the verify step's inputs lie in step_in() (byte offsets, set by the model).
@@ -194,8 +195,9 @@ class ModelShard {
   DeviceBuffer<int32_t> choice_;              // [step_rows]
   DeviceBuffer<int32_t> step_out_;            // walk outputs
 
-  // CUDA graphs (tp == 1): per bucket log2(rows), the graph of Layers(rows) and the attention
-  // grid it was captured with.
+  // CUDA graphs (tp == 1): per attention tile size (64-row tiles first) and bucket of rows
+  // (GraphBucketOf in model_shard.cc), the graph of Layers(rows) and the attention grid it was
+  // captured with.
   struct Graph {
     cudaGraphExec_t exec = nullptr;
     int attention_capacity = 0;

@@ -36,6 +36,7 @@ cudaError_t LaunchTok(const kernels::SkinnyGemmArgs& a, int m, const SkinnyGemmS
                       bool dependent_launch, cudaStream_t stream) {
   if (m <= 8) return Launch<1, kGated>(a, shape, dependent_launch, stream);
   if (m <= 16) return Launch<2, kGated>(a, shape, dependent_launch, stream);
+  if (m <= 24) return Launch<3, kGated>(a, shape, dependent_launch, stream);
   if (m <= 32) return Launch<4, kGated>(a, shape, dependent_launch, stream);
   return Launch<8, kGated>(a, shape, dependent_launch, stream);
 }
@@ -62,8 +63,9 @@ SkinnyGemmShape PlanSkinnyGemm(int n, int k, bool silu_mul, int num_sms, size_t 
 
 cudaError_t ConfigureSkinnyGemm() {
   for (cudaError_t e :
-       {Configure<1, false>(), Configure<2, false>(), Configure<4, false>(), Configure<8, false>(),
-        Configure<1, true>(), Configure<2, true>(), Configure<4, true>(), Configure<8, true>()}) {
+       {Configure<1, false>(), Configure<2, false>(), Configure<3, false>(), Configure<4, false>(),
+        Configure<8, false>(), Configure<1, true>(), Configure<2, true>(), Configure<3, true>(),
+        Configure<4, true>(), Configure<8, true>()}) {
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;

@@ -13,7 +13,7 @@
 
 namespace treespec::gpu {
 
-// The most rows of x the kernel takes (in tiles of 8: m <= 8, 16, 32, 64).
+// The most rows of x the kernel takes (in tiles of 8: m <= 8, 16, 24, 32, 64).
 inline constexpr int kSkinnyMaxRows = 64;
 
 // The grid of one GEMM: a CTA per tile of 64 outputs (w rows; 32 gate + 32 up rows for

@@ -13,24 +13,40 @@ namespace {
 
 size_t AlignUp(size_t n) { return (n + 15) / 16 * 16; }
 
-template <int kHeadDim>
+template <int kHeadDim, int kRows>
 cudaError_t ConfigureKernel(int* ctas_per_sm) {
-  auto* kernel = &kernels::TreeAttentionKernel<kHeadDim>;
-  constexpr int kBytes = kernels::AttnSharedBytes<kHeadDim>();
+  auto* kernel = &kernels::TreeAttentionKernel<kHeadDim, kRows>;
+  constexpr int kBytes = kernels::AttnSharedBytes<kHeadDim, kRows>();
   if (cudaError_t e =
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
       e != cudaSuccess) {
     return e;
   }
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, kernel, kernels::kAttnThreads,
-                                                       kBytes);
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, kernel,
+                                                       kernels::AttnThreads<kRows>(), kBytes);
 }
 
-template <int kHeadDim>
+template <int kRows>
+cudaError_t ConfigureForHeadDim(int head_dim, int* ctas_per_sm) {
+  return head_dim == 32   ? ConfigureKernel<32, kRows>(ctas_per_sm)
+         : head_dim == 64 ? ConfigureKernel<64, kRows>(ctas_per_sm)
+                          : ConfigureKernel<128, kRows>(ctas_per_sm);
+}
+
+template <int kHeadDim, int kRows>
 cudaError_t Launch(const kernels::TreeAttentionArgs& args, int ctas, cudaStream_t stream) {
-  kernels::TreeAttentionKernel<kHeadDim>
-      <<<ctas, kernels::kAttnThreads, kernels::AttnSharedBytes<kHeadDim>(), stream>>>(args);
+  kernels::TreeAttentionKernel<kHeadDim, kRows>
+      <<<ctas, kernels::AttnThreads<kRows>(), kernels::AttnSharedBytes<kHeadDim, kRows>(),
+         stream>>>(args);
   return cudaGetLastError();
+}
+
+template <int kRows>
+cudaError_t LaunchForHeadDim(int head_dim, const kernels::TreeAttentionArgs& args, int ctas,
+                             cudaStream_t stream) {
+  return head_dim == 32   ? Launch<32, kRows>(args, ctas, stream)
+         : head_dim == 64 ? Launch<64, kRows>(args, ctas, stream)
+                          : Launch<128, kRows>(args, ctas, stream);
 }
 
 }  // namespace
@@ -41,6 +57,12 @@ absl::StatusOr<std::unique_ptr<TreeAttention>> TreeAttention::Create(
   if (d != 32 && d != 64 && d != 128) {
     return absl::InvalidArgumentError(
         absl::StrCat("tree attention: head_dim ", d, " is not supported (32, 64 or 128)"));
+  }
+  if (options.tile_rows != 0 && options.tile_rows != kAttnSmallTileRows &&
+      options.tile_rows != kAttnMaxTileRows) {
+    return absl::InvalidArgumentError(absl::StrCat("tree attention: tile_rows ", options.tile_rows,
+                                                   " is not 0 (automatic), ", kAttnSmallTileRows,
+                                                   " or ", kAttnMaxTileRows));
   }
   if (!(options.scale > 0.0f) || !std::isfinite(options.scale)) {
     return absl::InvalidArgumentError(
@@ -60,16 +82,18 @@ absl::StatusOr<std::unique_ptr<TreeAttention>> TreeAttention::Create(
 
   auto attention = std::unique_ptr<TreeAttention>(new TreeAttention());
   attention->options_ = options;
-  int device = 0, sms = 0, ctas_per_sm = 0;
+  int device = 0, sms = 0, small_per_sm = 0, large_per_sm = 0;
   CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  CUDA_RETURN_IF_ERROR(d == 32   ? ConfigureKernel<32>(&ctas_per_sm)
-                       : d == 64 ? ConfigureKernel<64>(&ctas_per_sm)
-                                 : ConfigureKernel<128>(&ctas_per_sm));
-  const int resident = std::max(1, ctas_per_sm);
-  attention->target_ctas_ =
-      sms *
-      (options.target_ctas_per_sm > 0 ? std::min(options.target_ctas_per_sm, resident) : resident);
+  CUDA_RETURN_IF_ERROR(ConfigureForHeadDim<kAttnSmallTileRows>(d, &small_per_sm));
+  CUDA_RETURN_IF_ERROR(ConfigureForHeadDim<kAttnMaxTileRows>(d, &large_per_sm));
+  auto target = [&](int resident) {
+    resident = std::max(1, resident);
+    return sms * (options.target_ctas_per_sm > 0 ? std::min(options.target_ctas_per_sm, resident)
+                                                 : resident);
+  };
+  attention->target_ctas_small_ = target(small_per_sm);
+  attention->target_ctas_large_ = target(large_per_sm);
 
   // [num_items][seqs][items][page table][masks], each region 16-byte aligned.
   attention->seqs_offset_ = 16;
@@ -85,10 +109,10 @@ absl::StatusOr<std::unique_ptr<TreeAttention>> TreeAttention::Create(
   CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&attention->staged_, cudaEventDisableTiming));
 
   const size_t partials = std::max(1, lim.max_partials);
-  auto partial_out = DeviceBuffer<float>::Create(partials * kAttnTileRows * d);
+  auto partial_out = DeviceBuffer<float>::Create(partials * kAttnMaxTileRows * d);
   if (!partial_out.ok()) return partial_out.status();
   attention->partial_out_ = std::move(partial_out).value();
-  auto partial_lse = DeviceBuffer<float>::Create(partials * kAttnTileRows);
+  auto partial_lse = DeviceBuffer<float>::Create(partials * kAttnMaxTileRows);
   if (!partial_lse.ok()) return partial_lse.status();
   attention->partial_lse_ = std::move(partial_lse).value();
   auto semaphores = DeviceBuffer<int32_t>::Create(partials);
@@ -107,8 +131,11 @@ TreeAttention::~TreeAttention() {
 }
 
 absl::Status TreeAttention::Prepare(absl::Span<const AttnSeqDesc> seqs, cudaStream_t stream) {
+  const int tile_rows =
+      options_.tile_rows != 0 ? options_.tile_rows : AutoTileRows(seqs, options_.heads);
   auto plan = PlanTreeAttention(seqs, options_.heads, options_.page_size, options_.pool_pages,
-                                options_.limits, target_ctas_, options_.min_split_tiles);
+                                options_.limits, target_ctas(tile_rows), options_.min_split_tiles,
+                                tile_rows);
   if (!plan.ok()) return plan.status();
   plan_ = std::move(plan).value();
 
@@ -167,14 +194,9 @@ cudaError_t TreeAttention::Run(const KvLayerView& layer, const __nv_bfloat16* q,
   args.q_head_shift = options_.heads.q_head_shift;
   args.scale_log2 = options_.scale * 1.4426950408889634f;
   const int ctas = std::max(static_cast<int>(plan_.items.size()), grid_capacity_);
-  switch (options_.head_dim) {
-    case 32:
-      return Launch<32>(args, ctas, stream);
-    case 64:
-      return Launch<64>(args, ctas, stream);
-    default:
-      return Launch<128>(args, ctas, stream);
-  }
+  return plan_.tile_rows == kAttnMaxTileRows
+             ? LaunchForHeadDim<kAttnMaxTileRows>(options_.head_dim, args, ctas, stream)
+             : LaunchForHeadDim<kAttnSmallTileRows>(options_.head_dim, args, ctas, stream);
 }
 
 }  // namespace treespec::gpu

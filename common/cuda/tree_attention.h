@@ -39,6 +39,8 @@ struct TreeAttentionOptions {
   // results for the single-CTA merge), slower at batch 8, at 128k and for 64+ nodes, so the
   // default stays at the resident count.
   int target_ctas_per_sm = 0;
+  // Query rows per CTA: 64, 128, or 0 = per launch by AutoTileRows (tree_attention_plan.h).
+  int tile_rows = 0;
 };
 
 class TreeAttention {
@@ -57,19 +59,23 @@ class TreeAttention {
                   cudaStream_t stream);
 
   const AttnPlan& plan() const { return plan_; }
-  int target_ctas() const { return target_ctas_; }
+  // CTAs of `tile_rows` rows that fill the GPU.
+  int target_ctas(int tile_rows) const {
+    return tile_rows == kAttnMaxTileRows ? target_ctas_large_ : target_ctas_small_;
+  }
 
   // For CUDA graphs: Run launches max(work items, capacity) CTAs, and the CTAs past the
   // prepared batch's item count (read from device memory) exit at once, so a graph captured
-  // with capacity C replays correctly after any later Prepare with at most C items. 0: the
-  // grid is the item count (eager launches).
+  // with capacity C replays correctly after any later Prepare with at most C items and the
+  // same plan().tile_rows (the kernel differs per tile size). 0: the grid is the item count
+  // (eager launches).
   void set_grid_capacity(int ctas) { grid_capacity_ = ctas; }
 
  private:
   TreeAttention() = default;
 
   TreeAttentionOptions options_;
-  int target_ctas_ = 0;
+  int target_ctas_small_ = 0, target_ctas_large_ = 0;
   int grid_capacity_ = 0;
   AttnPlan plan_;
   // Device metadata at fixed offsets (so a captured graph's pointers stay valid).

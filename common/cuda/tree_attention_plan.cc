@@ -63,10 +63,26 @@ int AttnHeads::NumQHeads(int kv_head) const {
   return end - FirstQHead(kv_head);
 }
 
+int AutoTileRows(absl::Span<const AttnSeqDesc> seqs, const AttnHeads& heads) {
+  int max_group = 0;
+  for (int h = 0; h < heads.num_kv_heads; ++h) max_group = std::max(max_group, heads.NumQHeads(h));
+  for (const AttnSeqDesc& s : seqs) {
+    if (static_cast<int64_t>(s.num_nodes - s.first_query) * max_group > kAttnSmallTileRows) {
+      return kAttnMaxTileRows;
+    }
+  }
+  return kAttnSmallTileRows;
+}
+
 absl::StatusOr<AttnPlan> PlanTreeAttention(absl::Span<const AttnSeqDesc> seqs,
                                            const AttnHeads& heads, int page_size, int pool_pages,
                                            const AttnPlanLimits& limits, int target_ctas,
-                                           int min_split_tiles) {
+                                           int min_split_tiles, int tile_rows) {
+  if (tile_rows != kAttnSmallTileRows && tile_rows != kAttnMaxTileRows) {
+    return absl::InvalidArgumentError(absl::StrCat("tree attention: tile_rows ", tile_rows,
+                                                   " is not ", kAttnSmallTileRows, " or ",
+                                                   kAttnMaxTileRows));
+  }
   if (heads.num_q_heads < 1 || heads.num_kv_heads < 1 || heads.group_size < 1 ||
       heads.q_head_shift < 0 || heads.q_head_shift >= heads.group_size) {
     return absl::InvalidArgumentError(
@@ -94,6 +110,7 @@ absl::StatusOr<AttnPlan> PlanTreeAttention(absl::Span<const AttnSeqDesc> seqs,
         absl::StrCat("tree attention: ", seqs.size(), " sequences > limit ", limits.max_seqs));
   }
   AttnPlan plan;
+  plan.tile_rows = tile_rows;
   plan.seqs.reserve(seqs.size());
   for (size_t b = 0; b < seqs.size(); ++b) {
     const AttnSeqDesc& s = seqs[b];
@@ -136,8 +153,8 @@ absl::StatusOr<AttnPlan> PlanTreeAttention(absl::Span<const AttnSeqDesc> seqs,
     for (int h = 0; h < heads.num_kv_heads; ++h) {
       const int per_node = heads.NumQHeads(h);
       const int rows = queries * per_node;
-      for (int row = 0; row < rows; row += kAttnTileRows) {
-        const int last_row = std::min(rows, row + kAttnTileRows) - 1;
+      for (int row = 0; row < rows; row += tile_rows) {
+        const int last_row = std::min(rows, row + tile_rows) - 1;
         const int last_node = s.first_query + last_row / per_node;
         const int key_end = s.prefix_len + last_node + 1;
         tiles.push_back({static_cast<int>(b), h, row, key_end});

@@ -5,7 +5,7 @@
 // and query nodes [first_query, n), and for each KV head h, the query rows are
 // (query node, q head of h) pairs, node-major: row r is node first_query + r / G_h with the
 // (r % G_h)-th q head of h, where G_h is the number of q heads reading h. Rows are cut into
-// tiles of kAttnTileRows (one CTA's query tile, on tensor cores); each tile streams the keys
+// tiles of 64 or 128 rows (one CTA's query tile, on tensor cores); each tile streams the keys
 // [0, L + last node of the tile + 1) — the committed prefix, then the tree slots under the
 // ancestor mask — and that key range is split into chunks of whole key tiles so the batch
 // fills the GPU (flash-decoding). The partial results of a split tile are merged by
@@ -21,7 +21,9 @@
 
 namespace treespec::gpu {
 
-inline constexpr int kAttnTileRows = 64;   // query rows per CTA (4 warps × 16)
+// Query rows per CTA: 64 (4 warps × 16) or 128 (8 warps). One launch uses one size.
+inline constexpr int kAttnSmallTileRows = 64;
+inline constexpr int kAttnMaxTileRows = 128;
 inline constexpr int kAttnTileKeys = 64;   // keys per pipeline stage
 inline constexpr int kAttnMaxSplits = 64;  // CTAs sharing one query tile, at most
 
@@ -92,18 +94,24 @@ struct AttnPlan {
   int num_split_tiles = 0;
   int num_partials = 0;
   int num_query_rows = 0;  // rows of q / out (sum over sequences of n - first_query)
+  int tile_rows = kAttnSmallTileRows;
 };
 
-// Partitions a batch. `target_ctas` is how many CTAs fill the GPU (SMs × resident CTAs per
-// SM); key ranges are split until the batch has about that many, never below
-// `min_split_tiles` key tiles per split, and fewer when more partial results than
-// limits.max_partials would be needed. Page ids must lie in [0, pool_pages). Errors
-// (INVALID_ARGUMENT / RESOURCE_EXHAUSTED) name the sequence and field: bad lengths, too few
+// The tile size PlanTreeAttention uses when asked for 0 (automatic): 128 rows when some
+// (sequence, KV head) has more than 64 query rows — a 17-node tree of a model with 4 q heads per
+// KV head would otherwise stream its keys twice — else 64 (two CTAs per SM at head dim 128).
+int AutoTileRows(absl::Span<const AttnSeqDesc> seqs, const AttnHeads& heads);
+
+// Partitions a batch into query tiles of `tile_rows` rows (64 or 128). `target_ctas` is how
+// many CTAs of that size fill the GPU (SMs × resident CTAs per SM); key ranges are split until the
+// batch has about that many, never below `min_split_tiles` key tiles per split, and fewer when more
+// partial results than limits.max_partials would be needed. Page ids must lie in [0, pool_pages).
+// Errors (INVALID_ARGUMENT / RESOURCE_EXHAUSTED) name the sequence and field: bad lengths, too few
 // pages or a page outside the pool, a malformed mask, a limit exceeded.
 absl::StatusOr<AttnPlan> PlanTreeAttention(absl::Span<const AttnSeqDesc> seqs,
                                            const AttnHeads& heads, int page_size, int pool_pages,
                                            const AttnPlanLimits& limits, int target_ctas,
-                                           int min_split_tiles = 1);
+                                           int min_split_tiles = 1, int tile_rows = 64);
 
 }  // namespace treespec::gpu
 

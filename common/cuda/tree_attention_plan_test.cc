@@ -70,62 +70,83 @@ TEST(TreeAttentionPlanTest, TilesAndSplitsCoverEveryRowAndKeyOnce) {
       {{0, 1, 0}, {4099, 17, 0}, {1, 255, 0}, {100, 64, 40}, {32768, 16, 0}, {0, 300, 299}}, 16,
       rng);
   const AttnHeads heads{5, 2, 4, 2};
-  for (int target : {1, 7, 132, 264, 100000}) {
-    SCOPED_TRACE(absl::StrCat("target_ctas ", target));
-    auto plan = PlanTreeAttention(batch.descs, heads, 16, 1 << 20, kLimits, target);
-    ASSERT_TRUE(plan.ok()) << plan.status();
-    // rows[(seq, kv head)] -> tile starts; keys[(seq, head, row_begin)] -> next expected key.
-    std::map<std::tuple<int, int, int>, int> next_key;
-    std::map<std::tuple<int, int, int>, int> splits_seen;
-    int partials = 0;
-    for (const AttnWorkItem& item : plan->items) {
-      const auto key = std::make_tuple(item.seq, item.kv_head, item.row_begin);
-      EXPECT_EQ(item.key_begin, next_key[key]) << "gap or overlap in the key range";
-      EXPECT_LT(item.key_begin, item.key_end);
-      EXPECT_EQ(item.key_begin % kAttnTileKeys, 0);
-      next_key[key] = item.key_end;
-      EXPECT_EQ(item.split, splits_seen[key]++);
-      if (item.num_splits > 1) {
-        EXPECT_GE(item.partial_base, 0);
-        partials = std::max(partials, item.partial_base + item.split + 1);
-      } else {
-        EXPECT_EQ(item.partial_base, -1);
-      }
-    }
-    EXPECT_EQ(partials, plan->num_partials);
-    int rows = 0;
-    for (size_t b = 0; b < batch.descs.size(); ++b) {
-      const AttnSeqDesc& s = batch.descs[b];
-      rows += s.num_nodes - s.first_query;
-      EXPECT_EQ(plan->seqs[b].q_row_begin, rows - (s.num_nodes - s.first_query));
-      for (int h = 0; h < heads.num_kv_heads; ++h) {
-        const int tile_rows = (s.num_nodes - s.first_query) * heads.NumQHeads(h);
-        for (int r = 0; r < tile_rows; r += kAttnTileRows) {
-          const auto key = std::make_tuple(static_cast<int>(b), h, r);
-          const int last_node =
-              s.first_query + (std::min(tile_rows, r + kAttnTileRows) - 1) / heads.NumQHeads(h);
-          EXPECT_EQ(next_key[key], s.prefix_len + last_node + 1)
-              << "seq " << b << " head " << h << " rows from " << r;
-          EXPECT_EQ(
-              splits_seen[key], plan->items.empty() ? 0 : [&] {
-                for (const AttnWorkItem& item : plan->items) {
-                  if (std::make_tuple(item.seq, item.kv_head, item.row_begin) == key) {
-                    return item.num_splits;
-                  }
-                }
-                return -1;
-              }());
+  for (int tile : {kAttnSmallTileRows, kAttnMaxTileRows}) {
+    for (int target : {1, 7, 132, 264, 100000}) {
+      SCOPED_TRACE(absl::StrCat("target_ctas ", target, ", tiles of ", tile, " rows"));
+      auto plan = PlanTreeAttention(batch.descs, heads, 16, 1 << 20, kLimits, target, 1, tile);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      EXPECT_EQ(plan->tile_rows, tile);
+      // rows[(seq, kv head)] -> tile starts; keys[(seq, head, row_begin)] -> next expected key.
+      std::map<std::tuple<int, int, int>, int> next_key;
+      std::map<std::tuple<int, int, int>, int> splits_seen;
+      int partials = 0;
+      for (const AttnWorkItem& item : plan->items) {
+        const auto key = std::make_tuple(item.seq, item.kv_head, item.row_begin);
+        EXPECT_EQ(item.key_begin, next_key[key]) << "gap or overlap in the key range";
+        EXPECT_LT(item.key_begin, item.key_end);
+        EXPECT_EQ(item.key_begin % kAttnTileKeys, 0);
+        next_key[key] = item.key_end;
+        EXPECT_EQ(item.split, splits_seen[key]++);
+        if (item.num_splits > 1) {
+          EXPECT_GE(item.partial_base, 0);
+          partials = std::max(partials, item.partial_base + item.split + 1);
+        } else {
+          EXPECT_EQ(item.partial_base, -1);
         }
       }
+      EXPECT_EQ(partials, plan->num_partials);
+      int rows = 0;
+      for (size_t b = 0; b < batch.descs.size(); ++b) {
+        const AttnSeqDesc& s = batch.descs[b];
+        rows += s.num_nodes - s.first_query;
+        EXPECT_EQ(plan->seqs[b].q_row_begin, rows - (s.num_nodes - s.first_query));
+        for (int h = 0; h < heads.num_kv_heads; ++h) {
+          const int tile_rows = (s.num_nodes - s.first_query) * heads.NumQHeads(h);
+          for (int r = 0; r < tile_rows; r += tile) {
+            const auto key = std::make_tuple(static_cast<int>(b), h, r);
+            const int last_node =
+                s.first_query + (std::min(tile_rows, r + tile) - 1) / heads.NumQHeads(h);
+            EXPECT_EQ(next_key[key], s.prefix_len + last_node + 1)
+                << "seq " << b << " head " << h << " rows from " << r;
+            EXPECT_EQ(
+                splits_seen[key], plan->items.empty() ? 0 : [&] {
+                  for (const AttnWorkItem& item : plan->items) {
+                    if (std::make_tuple(item.seq, item.kv_head, item.row_begin) == key) {
+                      return item.num_splits;
+                    }
+                  }
+                  return -1;
+                }());
+          }
+        }
+      }
+      EXPECT_EQ(plan->num_query_rows, rows);
+      if (target == 132 || target == 264) {  // (fewer key tiles than 100000 CTAs)
+        // Enough splitting to fill the GPU, not wildly more than asked.
+        EXPECT_GE(static_cast<int>(plan->items.size()), target / 2);
+        EXPECT_LE(static_cast<int>(plan->items.size()), 2 * target + 64);
+      }
+      if (target == 1) EXPECT_EQ(plan->num_partials, 0) << "one CTA per tile needs no merge";
     }
-    EXPECT_EQ(plan->num_query_rows, rows);
-    if (target == 132 || target == 264) {  // (fewer key tiles than 100000 CTAs)
-      // Enough splitting to fill the GPU, not wildly more than asked.
-      EXPECT_GE(static_cast<int>(plan->items.size()), target / 2);
-      EXPECT_LE(static_cast<int>(plan->items.size()), 2 * target + 64);
-    }
-    if (target == 1) EXPECT_EQ(plan->num_partials, 0) << "one CTA per tile needs no merge";
   }
+}
+
+TEST(TreeAttentionPlanTest, AutoTileRowsKeepsATreeOfAGqaGroupInOneTile) {
+  std::mt19937 rng(9);
+  const AttnHeads llama{32, 8, 4, 0};
+  // 16 nodes × 4 q heads = 64 rows fit a small tile; 17 nodes (16 drafted + root) need 68.
+  EXPECT_EQ(AutoTileRows(MakeBatch({{1000, 16, 0}, {50, 3, 0}}, 16, rng).descs, llama),
+            kAttnSmallTileRows);
+  EXPECT_EQ(AutoTileRows(MakeBatch({{1000, 16, 0}, {50, 17, 0}}, 16, rng).descs, llama),
+            kAttnMaxTileRows);
+  // Only query nodes count: 20 nodes of which the last 16 are queries.
+  EXPECT_EQ(AutoTileRows(MakeBatch({{0, 20, 4}}, 16, rng).descs, llama), kAttnSmallTileRows);
+  // Uneven TP slices: the largest group decides (3 q heads × 22 nodes = 66 rows).
+  EXPECT_EQ(AutoTileRows(MakeBatch({{10, 22, 0}}, 16, rng).descs, AttnHeads{5, 2, 4, 2}),
+            kAttnMaxTileRows);
+  EXPECT_EQ(AutoTileRows({}, llama), kAttnSmallTileRows);
+  auto bad = PlanTreeAttention({}, llama, 16, 100, kLimits, 10, 1, 96);
+  EXPECT_NE(bad.status().message().find("tile_rows 96"), std::string::npos) << bad.status();
 }
 
 TEST(TreeAttentionPlanTest, MinSplitTilesBoundsTheSplits) {

@@ -1,7 +1,11 @@
 // The GEMM of a verify step: y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias) for few rows (m <= 64),
 // where the time is the weight's bytes and little else:
 //  - a CTA owns a tile of kRowsW = 64 rows of w (outputs) and one of `splits` equal ranges of
-//    k (split-K, so that small n still fills the GPU); 4 warps, 16 w rows each;
+//    k (split-K, so that small n still fills the GPU); 8 warps: warp w takes the 16 w rows
+//    16·(w % 4) and half w / 4 of every 64-column step (two of its four 16-column MMA steps),
+//    and the second half's sums are added to the first's through shared memory at the end.
+//    Measured on the H200 (docs/performance.md): with 4 warps each doing all four, a scheduler
+//    had 1.5 warps and the kernel was latency-bound (2.1–2.7 TB/s at 16–32 rows);
 //  - w is the mma's A operand (16 rows of w × 16 of k) and x its B operand (8 rows of x), so a
 //    single token wastes 7/8 of an 8-wide MMA instead of 15/16 of a 16-wide one;
 //  - w and x stream through SkinnyStages shared-memory stages of 64 columns by cp.async (rows
@@ -31,16 +35,18 @@
 
 namespace treespec::gpu::kernels {
 
-inline constexpr int kSkinnyThreads = 128;  // 4 warps
+inline constexpr int kSkinnyThreads = 256;  // 8 warps: 4 row groups × 2 halves of k
 inline constexpr int kSkinnyRowsW = 64;     // w rows (outputs) per tile: 16 per warp
 inline constexpr int kSkinnyStepK = 64;     // k columns per step: 128-byte rows, 8 chunks
 inline constexpr int kSkinnyMaxTok = 8;     // tiles of 8 x rows: m <= 64
 
 // Pipeline stages: as many as fit a quarter of an SM's shared memory with the x tile of kTok
-// tiles (40, 32, 24 or 16 KB of w in flight per CTA), so four CTAs of any m share an SM.
+// tiles (kTok 1, 2, 3, 4, 8: 40, 32, 32, 24 or 16 KB of w in flight per CTA), so four CTAs of
+// any m share an SM. kTok = 3 exists for the 17-row step (16 drafted nodes + the root): padded
+// to 32 rows it would keep only 24 KB in flight.
 template <int kTok>
 __host__ __device__ constexpr int SkinnyStages() {
-  return kTok == 1 ? 6 : kTok == 2 ? 5 : kTok == 4 ? 4 : 3;
+  return kTok == 1 ? 6 : kTok <= 3 ? 5 : kTok == 4 ? 4 : 3;
 }
 
 struct SkinnyGemmArgs {
@@ -139,7 +145,8 @@ __global__ void __launch_bounds__(kSkinnyThreads) SkinnyGemmKernel(const SkinnyG
     CpAsyncCommit();
   }
 
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
+  const int khalf = threadIdx.x >> 7;  // which two of a step's four 16-column MMA steps
   // acc[t]: c0, c1 = (w row g, x rows 8t + c, c + 1), c2, c3 = (w row g + 8, same x rows).
   const int g = lane >> 2, c = 2 * (lane & 3);
   const int local0 = warp * 16 + g;  // tile rows local0 and local0 + 8
@@ -194,26 +201,29 @@ __global__ void __launch_bounds__(kSkinnyThreads) SkinnyGemmKernel(const SkinnyG
                kTokRows +
            t * 8 + c;
   };
-  // acc holds this CTA's share of the tile: store it, or leave a partial and let the last CTA
-  // of the tile sum the splits in order. Every thread of the CTA calls it.
+  // acc (of the first half's threads) holds this CTA's share of the tile: store it, or leave a
+  // partial and let the last CTA of the tile sum the splits in order. Every thread of the CTA
+  // calls it; only the first half's threads touch data.
   auto finish = [&]() {
     if (a.splits == 1) {
-      store();
+      if (khalf == 0) store();
       return;
     }
+    if (khalf == 0) {
 #pragma unroll
-    for (int t = 0; t < kTok; ++t) {
+      for (int t = 0; t < kTok; ++t) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        *reinterpret_cast<float2*>(partial(split, h, t)) =
-            make_float2(acc[t][2 * h], acc[t][2 * h + 1]);
+        for (int h = 0; h < 2; ++h) {
+          *reinterpret_cast<float2*>(partial(split, h, t)) =
+              make_float2(acc[t][2 * h], acc[t][2 * h + 1]);
+        }
       }
     }
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) last = atomicAdd(a.counters + tile, 1) == a.splits - 1;
     __syncthreads();
-    if (!last) return;
+    if (!last || khalf != 0) return;
     __threadfence();
     // Sum in split order (this CTA's own share from its registers: the same bits).
 #pragma unroll
@@ -246,33 +256,50 @@ __global__ void __launch_bounds__(kSkinnyThreads) SkinnyGemmKernel(const SkinnyG
 
     const uint32_t ws = w_base + slot * kWBytes, xs = x_base + slot * kXBytes;
 #pragma unroll
-    for (int kk = 0; kk < kSkinnyStepK / 16; ++kk) {
+    for (int kk = 2 * khalf; kk < 2 * khalf + 2; ++kk) {
       // A: w rows 16·warp + [0, 16), k chunks 2kk, 2kk + 1: matrix j = lane / 8 holds rows
       // 8·(j & 1) + lane % 8 of chunk 2kk + j / 2.
       const int j = lane >> 3;
       uint32_t af[4];
       LdMatrixX4(af, ws + SwizzledChunk(warp * 16 + (lane & 7) + (j & 1) * 8, kk * 2 + (j >> 1)));
-      if constexpr (kTok == 1) {
-        // B: x rows [0, 8), chunks 2kk (b0) and 2kk + 1 (b1).
-        uint32_t b0, b1;
-        LdMatrixX2(b0, b1, xs + SwizzledChunk(lane & 7, kk * 2 + (j & 1)));
-        MmaBf16(acc[0], af, b0, b1);
-      } else {
-        // B of x rows 8t + [0, 16): matrix j holds rows 8(t + j / 2) + lane % 8 of chunk
-        // 2kk + j % 2.
+      // B of x rows 8t + [0, 16): matrix j holds rows 8(t + j / 2) + lane % 8 of chunk
+      // 2kk + j % 2.
 #pragma unroll
-        for (int t = 0; t < kTok; t += 2) {
-          uint32_t b[4];
-          LdMatrixX4(b, xs + SwizzledChunk((t + (j >> 1)) * 8 + (lane & 7), kk * 2 + (j & 1)));
-          MmaBf16(acc[t], af, b[0], b[1]);
-          MmaBf16(acc[t + 1], af, b[2], b[3]);
-        }
+      for (int t = 0; t + 1 < kTok; t += 2) {
+        uint32_t b[4];
+        LdMatrixX4(b, xs + SwizzledChunk((t + (j >> 1)) * 8 + (lane & 7), kk * 2 + (j & 1)));
+        MmaBf16(acc[t], af, b[0], b[1]);
+        MmaBf16(acc[t + 1], af, b[2], b[3]);
+      }
+      if constexpr (kTok % 2 == 1) {
+        // The last 8 x rows alone: chunks 2kk (b0) and 2kk + 1 (b1).
+        uint32_t b0, b1;
+        LdMatrixX2(b0, b1, xs + SwizzledChunk((kTok - 1) * 8 + (lane & 7), kk * 2 + (j & 1)));
+        MmaBf16(acc[kTok - 1], af, b0, b1);
       }
     }
 
     slot = slot + 1 == kStages ? 0 : slot + 1;
   }
   CpAsyncWait<0>();
+  // The second half's sums onto the first's (the stages are free once every copy has landed).
+  __syncthreads();
+  float* const halves = reinterpret_cast<float*>(smem);  // [128 threads][kTok * 4]
+  if (khalf == 1) {
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) halves[(t * 4 + e) * 128 + (threadIdx.x & 127)] = acc[t][e];
+    }
+  }
+  __syncthreads();
+  if (khalf == 0) {
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[t][e] += halves[(t * 4 + e) * 128 + threadIdx.x];
+    }
+  }
   finish();
 }
 

@@ -2,8 +2,8 @@
 // plan (tree_attention_plan.h). mma.sync + ldmatrix + cp.async only, so the same body runs on
 // sm_90a and sm_120.
 //
-// A CTA holds a query tile of kAttnTileRows rows (4 warps × 16 rows; a row is one (query node,
-// q head) pair of one KV head) and streams its key range in tiles of kAttnTileKeys keys through
+// A CTA holds a query tile of kRows rows (64 or 128: 16 per warp; a row is one (query node, q
+// head) pair of one KV head) and streams its key range in tiles of kAttnTileKeys keys through
 // a multistage cp.async pipeline: S = Q·Kᵀ and O += P·V on tensor cores (bf16 in, fp32
 // accumulate), online softmax in fp32 in the log2 domain. Keys below the committed length L
 // are visible to every row; a tree key L + j is visible to node i iff bit j of the ancestor
@@ -27,13 +27,17 @@
 
 namespace treespec::gpu::kernels {
 
-inline constexpr int kAttnWarps = kAttnTileRows / 16;
-inline constexpr int kAttnThreads = kAttnWarps * 32;
+template <int kRows>
+__host__ __device__ constexpr int AttnThreads() {
+  return kRows / 16 * 32;
+}
 
-// Pipeline depth: as many stages as keep two CTAs resident per SM (227 KiB per SM).
-template <int kHeadDim>
+// Pipeline depth, for 227 KiB of shared memory per SM: 64-row tiles keep two CTAs resident at
+// head dim 128 (3 stages); a 128-row CTA has the SM to itself at head dim 128 and takes 6
+// stages, so as many K/V bytes are in flight per SM as with two small CTAs.
+template <int kHeadDim, int kRows>
 __host__ __device__ constexpr int AttnStages() {
-  return kHeadDim >= 128 ? 3 : 4;
+  return kRows > 64 ? 6 : kHeadDim >= 128 ? 3 : 4;
 }
 
 struct TreeAttentionArgs {
@@ -45,8 +49,8 @@ struct TreeAttentionArgs {
   const int32_t* num_items;  // CTAs past *num_items exit (the grid may be a fixed capacity)
   const int32_t* page_table;
   const uint64_t* masks;
-  float* partial_out;   // [partial slots, kAttnTileRows, D]
-  float* partial_lse;   // [partial slots, kAttnTileRows], log2 domain
+  float* partial_out;   // [partial slots, kRows, D]
+  float* partial_lse;   // [partial slots, kRows], log2 domain
   int32_t* semaphores;  // [partial slots], zero between launches
   int num_q_heads;
   int group_size;
@@ -54,13 +58,11 @@ struct TreeAttentionArgs {
   float scale_log2;  // softmax scale × log2(e)
 };
 
-template <int kHeadDim>
+// Q tile, then the K and V stages.
+template <int kHeadDim, int kRows>
 __host__ __device__ constexpr int AttnSharedBytes() {
-  return (1 + 2 * AttnStages<kHeadDim>()) * kAttnTileRows * kHeadDim * 2;
+  return (kRows + 2 * AttnStages<kHeadDim, kRows>() * kAttnTileKeys) * kHeadDim * 2;
 }
-// The merge keeps one weight per (split, row) in the K/V stage buffers.
-static_assert(kAttnMaxSplits * kAttnTileRows * 4 <= 2 * AttnStages<32>() * kAttnTileRows * 32 * 2,
-              "merge weights must fit the smallest head dim's stage buffers");
 
 // Element offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows, kHeadDim] tile.
 template <int kHeadDim>
@@ -88,16 +90,21 @@ __device__ __forceinline__ float QuadSum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-template <int kHeadDim>
-__global__ void __launch_bounds__(kAttnThreads) TreeAttentionKernel(const TreeAttentionArgs args) {
+template <int kHeadDim, int kRows>
+__global__ void __launch_bounds__(AttnThreads<kRows>())
+    TreeAttentionKernel(const TreeAttentionArgs args) {
   AllowDependentLaunch();  // the next GEMM may start loading its weights
   constexpr int D = kHeadDim;
-  constexpr int kStages = AttnStages<D>();
-  constexpr int kChunks = D / 8;              // 16-byte chunks per row
-  constexpr int kKTiles = D / 16;             // k steps of Q·Kᵀ
-  constexpr int kNTiles = kAttnTileKeys / 8;  // 8-key column tiles of S
-  constexpr int kDTiles = D / 8;              // 8-wide column tiles of O
-  constexpr int kTileElems = kAttnTileRows * D;
+  constexpr int kAttnThreads = AttnThreads<kRows>();
+  constexpr int kStages = AttnStages<D, kRows>();
+  constexpr int kChunks = D / 8;                 // 16-byte chunks per row
+  constexpr int kKTiles = D / 16;                // k steps of Q·Kᵀ
+  constexpr int kNTiles = kAttnTileKeys / 8;     // 8-key column tiles of S
+  constexpr int kDTiles = D / 8;                 // 8-wide column tiles of O
+  constexpr int kTileElems = kAttnTileKeys * D;  // one K or V stage
+  // The merge keeps one weight per (split, row) in the K/V stage buffers.
+  static_assert(kAttnMaxSplits * kRows * 4 <= 2 * kStages * kTileElems * 2,
+                "merge weights must fit the stage buffers");
   // Each thread copies the same chunk column of kKeysPerThread keys of every key tile.
   constexpr int kKeysPerThread = kAttnTileKeys * kChunks / kAttnThreads;
   constexpr int kKeyStride = kAttnThreads / kChunks;
@@ -110,18 +117,18 @@ __global__ void __launch_bounds__(kAttnThreads) TreeAttentionKernel(const TreeAt
   const int heads_here =
       min(args.num_q_heads, (item.kv_head + 1) * args.group_size - args.q_head_shift) - q_head0;
   const int rows_total = (seq.num_nodes - seq.first_query) * heads_here;
-  const int rows_here = min(kAttnTileRows, rows_total - item.row_begin);
+  const int rows_here = min(kRows, rows_total - item.row_begin);
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* const q_smem = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  __nv_bfloat16* const k_smem = q_smem + kTileElems;            // [stages][tile]
+  __nv_bfloat16* const k_smem = q_smem + kRows * D;             // [stages][tile]
   __nv_bfloat16* const v_smem = k_smem + kStages * kTileElems;  // [stages][tile]
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
 
   // Query tile: row r is node first_query + (row_begin + r) / heads_here, head
   // q_head0 + (row_begin + r) % heads_here; rows past the end read zeros.
-  for (int idx = tid; idx < kAttnTileRows * kChunks; idx += kAttnThreads) {
+  for (int idx = tid; idx < kRows * kChunks; idx += kAttnThreads) {
     const int r = idx / kChunks, chunk = idx % kChunks;
     const int tr = item.row_begin + r;
     const bool valid = r < rows_here;
@@ -342,14 +349,14 @@ __global__ void __launch_bounds__(kAttnThreads) TreeAttentionKernel(const TreeAt
   const int slot = item.partial_base + item.split;
   for (int i = 0; i < 2; ++i) {
     const int r = warp * 16 + g + 8 * i;
-    float* const dst = args.partial_out + (static_cast<int64_t>(slot) * kAttnTileRows + r) * D + c;
+    float* const dst = args.partial_out + (static_cast<int64_t>(slot) * kRows + r) * D + c;
 #pragma unroll
     for (int t = 0; t < kDTiles; ++t) {
       __stcg(reinterpret_cast<float2*>(dst + t * 8),
              make_float2(o[t][2 * i] * inv_l[i], o[t][2 * i + 1] * inv_l[i]));
     }
     if (lane % 4 == 0) {
-      __stcg(args.partial_lse + static_cast<int64_t>(slot) * kAttnTileRows + r,
+      __stcg(args.partial_lse + static_cast<int64_t>(slot) * kRows + r,
              l[i] > 0.0f ? fmaf(m[i], args.scale_log2, log2f(l[i])) : -INFINITY);
     }
   }
@@ -368,23 +375,22 @@ __global__ void __launch_bounds__(kAttnThreads) TreeAttentionKernel(const TreeAt
   // split's log-sum-exp per row is gathered with all loads in flight, then turned into
   // weights; then each thread owns one 4-column group of D/8 rows and walks the splits,
   // keeping D/8 independent loads in flight per split.
-  float* const weights = reinterpret_cast<float*>(k_smem);  // [num_splits][kAttnTileRows]
-  float* const inv_sum = reinterpret_cast<float*>(q_smem);  // [kAttnTileRows]
-  const int64_t base = static_cast<int64_t>(item.partial_base) * kAttnTileRows;
+  float* const weights = reinterpret_cast<float*>(k_smem);  // [num_splits][kRows]
+  float* const inv_sum = reinterpret_cast<float*>(q_smem);  // [kRows]
+  const int64_t base = static_cast<int64_t>(item.partial_base) * kRows;
 #pragma unroll 8
-  for (int idx = tid; idx < item.num_splits * kAttnTileRows; idx += kAttnThreads) {
+  for (int idx = tid; idx < item.num_splits * kRows; idx += kAttnThreads) {
     weights[idx] = __ldcg(args.partial_lse + base + idx);  // log-sum-exp for now
   }
   __syncthreads();
   for (int r = tid; r < rows_here; r += kAttnThreads) {
     float lse_max = -INFINITY;
-    for (int s = 0; s < item.num_splits; ++s)
-      lse_max = fmaxf(lse_max, weights[s * kAttnTileRows + r]);
+    for (int s = 0; s < item.num_splits; ++s) lse_max = fmaxf(lse_max, weights[s * kRows + r]);
     float sum = 0.0f;
     for (int s = 0; s < item.num_splits; ++s) {
-      const float lse = weights[s * kAttnTileRows + r];
+      const float lse = weights[s * kRows + r];
       const float w = lse == -INFINITY ? 0.0f : FastExp2(lse - lse_max);  // -inf: no visible key
-      weights[s * kAttnTileRows + r] = w;
+      weights[s * kRows + r] = w;
       sum += w;
     }
     inv_sum[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
@@ -392,7 +398,7 @@ __global__ void __launch_bounds__(kAttnThreads) TreeAttentionKernel(const TreeAt
   __syncthreads();
   constexpr int kColGroups = D / 4;
   constexpr int kRowStride = kAttnThreads / kColGroups;
-  constexpr int kRowsPerThread = kAttnTileRows / kRowStride;
+  constexpr int kRowsPerThread = kRows / kRowStride;
   const int col = (tid % kColGroups) * 4, row0 = tid / kColGroups;
   float4 acc[kRowsPerThread];
 #pragma unroll
@@ -400,12 +406,12 @@ __global__ void __launch_bounds__(kAttnThreads) TreeAttentionKernel(const TreeAt
 #pragma unroll 2
   for (int s = 0; s < item.num_splits; ++s) {
     const float4* const src =
-        reinterpret_cast<const float4*>(args.partial_out + (base + s * kAttnTileRows) * D + col);
+        reinterpret_cast<const float4*>(args.partial_out + (base + s * kRows) * D + col);
 #pragma unroll
     for (int k = 0; k < kRowsPerThread; ++k) {
       const int r = row0 + k * kRowStride;
       if (r < rows_here) {
-        const float w = weights[s * kAttnTileRows + r];
+        const float w = weights[s * kRows + r];
         const float4 x = __ldcg(src + r * (D / 4));
         acc[k].x += w * x.x;
         acc[k].y += w * x.y;
