@@ -32,12 +32,20 @@ __host__ __device__ constexpr int AttnThreads() {
   return kRows / 16 * 32;
 }
 
-// Pipeline depth, for 227 KiB of shared memory per SM: 64-row tiles keep two CTAs resident at
-// head dim 128 (3 stages); a 128-row CTA has the SM to itself at head dim 128 and takes 6
-// stages, so as many K/V bytes are in flight per SM as with two small CTAs.
+// Shared memory one CTA may use: 99 KiB, what sm_120 (RTX PRO 6000 Blackwell) allows per block,
+// so one build serves it and sm_90a (227 KiB per SM).
+inline constexpr int kAttnMaxSharedBytes = 99 * 1024;
+
+// Pipeline depth: 4 stages, or as many as fit kAttnMaxSharedBytes beside the Q tile (2 at head
+// dim 128). Measured on the H200 (docs/performance.md): the kernel is issue-bound, and the
+// 2-stage pipeline at head dim 128 was as fast as or faster than 3 (64-row tiles) or 6
+// (128-row tiles) stages at every context, tree size and batch of the attention bench.
 template <int kHeadDim, int kRows>
 __host__ __device__ constexpr int AttnStages() {
-  return kRows > 64 ? 6 : kHeadDim >= 128 ? 3 : 4;
+  constexpr int kFit =
+      (kAttnMaxSharedBytes - kRows * kHeadDim * 2) / (2 * kAttnTileKeys * kHeadDim * 2);
+  static_assert(kFit >= 2, "the pipeline needs two stages");
+  return kFit < 4 ? kFit : 4;
 }
 
 struct TreeAttentionArgs {
