@@ -155,33 +155,51 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
   const int* const pages = args.page_table + seq.page_begin;
   const int page_shift = __ffs(args.kv.page_size) - 1;  // page sizes are powers of two
   const int slot_mask = args.kv.page_size - 1;
-  const int64_t page_stride = static_cast<int64_t>(args.kv.num_kv_heads) * args.kv.page_size * D;
-  const int64_t head_base =
-      static_cast<int64_t>(item.kv_head) * args.kv.page_size * D + my_chunk * 8;
-  auto fetch_pages = [&](int tile, int(&page)[kKeysPerThread]) {
+  // Addresses in bytes. A thread's keys are my_key + j·kKeyStride of a 64-key tile whose first
+  // key is a multiple of 64; kKeyStride is a multiple of 8 and pages hold >= 16 keys, so keys
+  // j and j + 1 share a page when the stride is 8 (head dim 128 with 4 warps), and a key's slot
+  // is (the tile's first slot) + (its offset in the tile & slot_mask): the tile's first slot is
+  // 0 for pages of <= 64 keys, and the offset is below 64 otherwise.
+  constexpr int kKeysPerPage = kKeyStride >= 16 ? 1 : 16 / kKeyStride;
+  constexpr int kPageLoads = kKeysPerThread / kKeysPerPage;
+  const int64_t page_bytes = static_cast<int64_t>(args.kv.num_kv_heads) * args.kv.page_size * D * 2;
+  const int64_t head_bytes =
+      (static_cast<int64_t>(item.kv_head) * args.kv.page_size * D + my_chunk * 8) * 2;
+  const char* const k_base = reinterpret_cast<const char*>(args.kv.k) + head_bytes;
+  const char* const v_base = reinterpret_cast<const char*>(args.kv.v) + head_bytes;
+  auto fetch_pages = [&](int tile, int(&page)[kPageLoads]) {
 #pragma unroll
-    for (int j = 0; j < kKeysPerThread; ++j) {
-      const int key = item.key_begin + tile * kAttnTileKeys + my_key + j * kKeyStride;
-      page[j] = tile < num_key_tiles && key < item.key_end ? pages[key >> page_shift] : -1;
+    for (int p = 0; p < kPageLoads; ++p) {
+      const int key =
+          item.key_begin + tile * kAttnTileKeys + my_key + p * kKeysPerPage * kKeyStride;
+      page[p] = tile < num_key_tiles && key < item.key_end ? pages[key >> page_shift] : 0;
     }
   };
-  auto issue_copies = [&](int tile, const int(&page)[kKeysPerThread]) {
+  auto issue_copies = [&](int tile, const int(&page)[kPageLoads]) {
     const int stage = tile % kStages;
-    __nv_bfloat16* const ks = k_smem + stage * kTileElems;
-    __nv_bfloat16* const vs = v_smem + stage * kTileElems;
+    const uint32_t ks =
+        SharedAddress(k_smem + stage * kTileElems + SwizzledOffset<D>(my_key, my_chunk));
+    const uint32_t vs =
+        SharedAddress(v_smem + stage * kTileElems + SwizzledOffset<D>(my_key, my_chunk));
+    const int tile_key0 = item.key_begin + tile * kAttnTileKeys;
+    const int keys_left = item.key_end - tile_key0;  // keys of the tile below key_end
+    const int tile_slot = tile_key0 & slot_mask;     // 0 unless pages exceed 64 keys
 #pragma unroll
-    for (int j = 0; j < kKeysPerThread; ++j) {
-      const int r = my_key + j * kKeyStride;
-      const int key = item.key_begin + tile * kAttnTileKeys + r;
-      const bool valid = page[j] >= 0;
-      const int64_t offset =
-          (valid ? page[j] * page_stride : 0) + head_base + (key & slot_mask) * D;
-      const int dst = SwizzledOffset<D>(r, my_chunk);
-      CpAsync16(SharedAddress(ks + dst), args.kv.k + offset, valid ? 16 : 0);
-      CpAsync16(SharedAddress(vs + dst), args.kv.v + offset, valid ? 16 : 0);
+    for (int p = 0; p < kPageLoads; ++p) {
+      const char* const k_page = k_base + page[p] * page_bytes;
+      const char* const v_page = v_base + page[p] * page_bytes;
+#pragma unroll
+      for (int q = 0; q < kKeysPerPage; ++q) {
+        const int j = p * kKeysPerPage + q;
+        const int r = my_key + j * kKeyStride;  // row of the tile; same swizzle as my_key
+        const int slot_bytes = ((tile_slot + (r & slot_mask)) * D) * 2;
+        const int bytes = r < keys_left ? 16 : 0;
+        CpAsync16(ks + j * kKeyStride * D * 2, k_page + slot_bytes, bytes);
+        CpAsync16(vs + j * kKeyStride * D * 2, v_page + slot_bytes, bytes);
+      }
     }
   };
-  int next_pages[kKeysPerThread];
+  int next_pages[kPageLoads];
 #pragma unroll
   for (int t = 0; t < kStages - 1; ++t) {
     fetch_pages(t, next_pages);
