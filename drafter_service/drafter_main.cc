@@ -8,15 +8,18 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/backend/load_model.h"
 #include "common/metrics/metrics_http_server.h"
 #include "common/model/causal_lm.h"
+#include "common/rpc/connection_age.h"
 #include "common/util/log.h"
 #include "common/util/shutdown_signal.h"
 #include "common/util/status_macros.h"
@@ -46,6 +49,14 @@ ABSL_FLAG(int, vocab_size, 0,
 ABSL_FLAG(int, max_sessions, 64, "concurrent sessions the draft model's KV cache is sized for");
 ABSL_FLAG(int, ngram_min, 1, "shortest context suffix the ngram drafter matches");
 ABSL_FLAG(int, ngram_max, 4, "longest context suffix the ngram drafter matches");
+ABSL_FLAG(int, drain_seconds, 30,
+          "on SIGTERM/SIGINT: health goes NOT_SERVING (verifiers open new sessions elsewhere) and "
+          "running sessions, each as long as its request, get this long to end before they are "
+          "cancelled (keep the pod's termination grace period above it)");
+ABSL_FLAG(int, max_connection_age_s, 300,
+          "connections older than this are closed (their running sessions get --drain_seconds "
+          "to end), so verifiers re-resolve the drafter pool's name and find added drafters; "
+          "0 = never");
 ABSL_FLAG(int, metrics_port, 0,
           "HTTP port of the Prometheus /metrics endpoint on --host; 0 picks a free one (printed "
           "as 'metrics on HOST:PORT'), -1 turns it off");
@@ -53,7 +64,42 @@ ABSL_FLAG(int, metrics_port, 0,
 namespace treespec {
 namespace {
 
+// The verifiers watch the drafters' health (client-side health checking) and stop opening
+// sessions on one that reports NOT_SERVING within milliseconds; this long is left for that
+// before new sessions are refused, so no request loses its drafting to the drain.
+constexpr absl::Duration kHealthPropagation = absl::Milliseconds(500);
+
+// On a shutdown signal: NOT_SERVING, then wait (up to `drain`) for the running sessions to end,
+// which they do when their requests end; then stop, cancelling any left.
+void Drain(grpc::Server& server, const DrafterService& service, int signal, absl::Duration drain) {
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + drain;
+  server.GetHealthCheckService()->SetServingStatus(false);
+  TS_LOG(kInfo, "signal %d: draining %d sessions, up to %s", signal, service.active_sessions(),
+         absl::FormatDuration(drain));
+  while (absl::Now() < deadline &&
+         (service.active_sessions() > 0 || absl::Now() < start + kHealthPropagation)) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  if (const int left = service.active_sessions(); left == 0) {
+    TS_LOG(kInfo, "shutting down: drained");
+  } else {
+    TS_LOG(kWarning, "shutting down: the drain deadline passed, cancelling %d sessions", left);
+  }
+  // New sessions are refused from here; one that slipped in since gets what is left of the
+  // drain.
+  server.Shutdown(absl::ToChronoTime(std::max(deadline, absl::Now())));
+  server.Wait();
+}
+
 absl::Status Run() {
+  const int drain_seconds = absl::GetFlag(FLAGS_drain_seconds);
+  const int max_connection_age_s = absl::GetFlag(FLAGS_max_connection_age_s);
+  for (const auto& [name, value] : {std::pair{"--drain_seconds", drain_seconds},
+                                    std::pair{"--max_connection_age_s", max_connection_age_s}}) {
+    if (value < 0)
+      return absl::InvalidArgumentError(absl::StrCat(name, "=", value, ": must be >= 0"));
+  }
   DrafterServiceOptions options;
   options.default_tree_budget = absl::GetFlag(FLAGS_tree_budget);
   options.default_max_depth = absl::GetFlag(FLAGS_max_depth);
@@ -137,6 +183,7 @@ absl::Status Run() {
   builder.AddListeningPort(absl::StrCat(host, ":", absl::GetFlag(FLAGS_port)),
                            grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
+  SetMaxConnectionAge(builder, max_connection_age_s, drain_seconds);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     return absl::UnavailableError(
@@ -155,10 +202,7 @@ absl::Status Run() {
          options.default_max_depth);
 
   const int signal = WaitForShutdownSignal();
-  TS_LOG(kInfo, "signal %d: draining", signal);
-  server->GetHealthCheckService()->SetServingStatus(false);
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  server->Wait();
+  Drain(*server, service, signal, absl::Seconds(drain_seconds));
   TS_LOG(kInfo, "stopped after %d sessions", static_cast<int>(service.total_sessions()));
   return absl::OkStatus();
 }

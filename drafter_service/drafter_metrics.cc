@@ -21,6 +21,11 @@ DrafterMetrics::DrafterMetrics() : registry_(std::make_shared<prometheus::Regist
                         .Help("Time to draft one tree, on the worker thread")
                         .Register(*registry_)
                         .Add({}, buckets);
+  queue_seconds_ = &prometheus::BuildHistogram()
+                        .Name("treespec_drafter_tree_queue_seconds")
+                        .Help("Wait of a session's next tree for a drafting thread")
+                        .Register(*registry_)
+                        .Add({}, buckets);
 }
 
 void DrafterMetrics::OnSessionOpened() {
@@ -38,10 +43,20 @@ void DrafterMetrics::OnTreeBuilt(double seconds, int nodes) {
 
 void DrafterMetrics::OnStaleStep() { stale_steps_->Increment(); }
 
+void DrafterMetrics::OnTreeQueued() { ++queued_; }
+
+void DrafterMetrics::OnTreeDequeued(double waited_seconds) {
+  --queued_;
+  queue_seconds_->Observe(waited_seconds);
+}
+
 std::vector<prometheus::MetricFamily> DrafterMetrics::Collect() const {
   std::vector<prometheus::MetricFamily> families = registry_->Collect();
   families.push_back(
       GaugeFamily("treespec_drafter_sessions_active", "Draft sessions open now", active_.load()));
+  families.push_back(GaugeFamily("treespec_drafter_queued_trees",
+                                 "Sessions whose next tree waits for a drafting thread",
+                                 queued_.load()));
   return families;
 }
 

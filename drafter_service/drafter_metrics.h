@@ -2,7 +2,9 @@
 //   treespec_drafter_sessions_active (gauge), treespec_drafter_sessions_total,
 //   treespec_drafter_trees_total, treespec_drafter_tree_nodes_total,
 //   treespec_drafter_stale_steps_total (commits superseded before their tree was drafted),
-//   treespec_drafter_tree_build_seconds (histogram: one tree, on the worker thread).
+//   treespec_drafter_tree_build_seconds (histogram: one tree, on the worker thread),
+//   treespec_drafter_queued_trees (gauge: sessions whose next tree waits for a drafting thread),
+//   treespec_drafter_tree_queue_seconds (histogram: that wait, per tree).
 #ifndef TREESPEC_DRAFTER_SERVICE_DRAFTER_METRICS_H_
 #define TREESPEC_DRAFTER_SERVICE_DRAFTER_METRICS_H_
 
@@ -26,8 +28,12 @@ class DrafterMetrics final : public prometheus::Collectable {
   void OnSessionClosed();
   void OnTreeBuilt(double seconds, int nodes);
   void OnStaleStep();
+  // A session's next tree was handed to the drafting threads / a thread took it after waiting
+  // `waited_seconds`.
+  void OnTreeQueued();
+  void OnTreeDequeued(double waited_seconds);
 
-  // prometheus::Collectable: the counters and histogram, then the active-sessions gauge.
+  // prometheus::Collectable: the counters and histograms, then the two gauges.
   std::vector<prometheus::MetricFamily> Collect() const override;
   // The text exposition of Collect(), as /metrics serves it.
   std::string Scrape() const;
@@ -35,11 +41,13 @@ class DrafterMetrics final : public prometheus::Collectable {
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   std::atomic<int> active_{0};
+  std::atomic<int> queued_{0};
   prometheus::Counter* sessions_;
   prometheus::Counter* trees_;
   prometheus::Counter* tree_nodes_;
   prometheus::Counter* stale_steps_;
   prometheus::Histogram* build_seconds_;
+  prometheus::Histogram* queue_seconds_;
 };
 
 }  // namespace treespec

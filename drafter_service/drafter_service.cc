@@ -260,7 +260,8 @@ class DrafterService::SessionReactor final
     }
     if (!scheduled_ && !queue_.empty() && !dead) {
       scheduled_ = true;
-      service_->pool_.Submit([this] { RunOne(); });
+      if (service_->metrics_ != nullptr) service_->metrics_->OnTreeQueued();
+      service_->pool_.Submit([this, queued = std::chrono::steady_clock::now()] { RunOne(queued); });
     }
     if (scheduled_ || writing_) return;
     if (dead) {
@@ -275,7 +276,11 @@ class DrafterService::SessionReactor final
 
   // One queued task, on the worker pool. session_ is only touched here (serially) and in
   // OnDone (after the last task).
-  void RunOne() {
+  void RunOne(std::chrono::steady_clock::time_point queued) {
+    if (service_->metrics_ != nullptr) {
+      service_->metrics_->OnTreeDequeued(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - queued).count());
+    }
     Work work;
     {
       std::lock_guard<std::mutex> lock(mu_);

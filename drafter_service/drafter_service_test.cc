@@ -153,6 +153,13 @@ TEST_F(DrafterServiceTest, OpenCommitTreeRoundTripWithNgram) {
   EXPECT_THAT(text, HasSubstr("treespec_drafter_trees_total 10\n"));
   EXPECT_THAT(text, HasSubstr("treespec_drafter_tree_build_seconds_count 10\n"));
   EXPECT_THAT(text, HasSubstr("treespec_drafter_stale_steps_total 0\n"));
+  // Every tree (and the session's opening) went through the drafting threads' queue, and
+  // none waits now.
+  const std::string count_key = "treespec_drafter_tree_queue_seconds_count ";
+  const size_t at = text.find(count_key);
+  ASSERT_NE(at, std::string::npos) << text;
+  EXPECT_GE(std::stoi(text.substr(at + count_key.size())), 10);
+  EXPECT_THAT(text, HasSubstr("treespec_drafter_queued_trees 0\n"));
 }
 
 TEST_F(DrafterServiceTest, AutoUsesDefaultsAndHalfCloseFlushesPendingCommits) {

@@ -1,23 +1,23 @@
 // The real binaries on loopback: treespec-drafter + treespec-verifier with the shipped tiny
 // pair. Concurrent streaming clients, a drafter killed mid-run, client cancel, SIGTERM, and
 // start-up failures on missing or corrupt model directories.
-#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/generate_client.h"
 #include "tests/process.h"
+#include "tools/loadgen/http_get.h"
+#include "tools/loadgen/prometheus_text.h"
 #include "treespec/v1/generation.grpc.pb.h"
 
 namespace treespec {
@@ -41,26 +41,11 @@ std::string TempDir() {
 // The port of a "... metrics on HOST:PORT" line.
 int PortOf(const std::string& line) { return std::stoi(line.substr(line.rfind(':') + 1)); }
 
-// The body of GET `path` from 127.0.0.1:`port` (HTTP/1.0, the connection closed by the server),
-// or "" on any failure.
+// The body of GET `path` from 127.0.0.1:`port` (whatever the status), or "" on any failure.
 std::string HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "";
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string response;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string request = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
-    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
-      char buffer[4096];
-      for (ssize_t n; (n = read(fd, buffer, sizeof(buffer))) > 0;) response.append(buffer, n);
-    }
-  }
-  close(fd);
-  const size_t body = response.find("\r\n\r\n");
-  return body == std::string::npos ? "" : response.substr(body + 4);
+  const absl::StatusOr<loadgen::HttpResponse> answer =
+      loadgen::HttpFetch({.host = "127.0.0.1", .port = port, .path = path});
+  return answer.ok() ? answer->body : "";
 }
 
 Outcome Generate(v1::Generation::Stub* stub, const std::string& text, v1::SpeculationMode mode,
@@ -79,12 +64,12 @@ class E2eTest : public ::testing::Test {
     const std::string drafter_metrics = drafter_->WaitForLine("metrics on", 60);
     ASSERT_FALSE(drafter_metrics.empty()) << drafter_->Stderr();
     drafter_metrics_port_ = PortOf(drafter_metrics);
-    const std::string drafter_addr = drafter_->WaitForAddress(60);
-    ASSERT_FALSE(drafter_addr.empty()) << drafter_->Stderr();
+    drafter_addr_ = drafter_->WaitForAddress(60);
+    ASSERT_FALSE(drafter_addr_.empty()) << drafter_->Stderr();
     verifier_ = std::make_unique<ChildProcess>(
         std::vector<std::string>{kBin + "/treespec-verifier", "--port=0",
                                  "--model=" + kRoot + "/models/tiny-target",
-                                 "--drafter=" + drafter_addr, "--draft_timeout_ms=200"},
+                                 "--drafter=" + drafter_addr_, "--draft_timeout_ms=200"},
         logs_ + "/verifier.log");
     // "treespec-verifier metrics on HOST:PORT" comes first, then the listening line.
     const std::string metrics = verifier_->WaitForLine("metrics on", 60);
@@ -102,7 +87,7 @@ class E2eTest : public ::testing::Test {
     fs::remove_all(logs_);
   }
 
-  std::string logs_, addr_;
+  std::string logs_, addr_, drafter_addr_;
   int metrics_port_ = 0, drafter_metrics_port_ = 0;
   std::unique_ptr<ChildProcess> drafter_, verifier_;
   std::unique_ptr<v1::Generation::Stub> stub_;
@@ -163,6 +148,62 @@ TEST_F(E2eTest, MetricsEndpointServesPrometheusText) {
   EXPECT_THAT(drafter, HasSubstr("# TYPE treespec_drafter_tree_build_seconds histogram"));
 }
 
+// Polls grpc.health.v1 at `address` until it says NOT_SERVING (true) or 5 s pass (false).
+bool BecomesNotServing(const std::string& address) {
+  using grpc::health::v1::HealthCheckResponse;
+  auto health = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  for (int i = 0; i < 250; ++i) {
+    grpc::ClientContext context;
+    HealthCheckResponse r;
+    if (health->Check(&context, grpc::health::v1::HealthCheckRequest(), &r).ok() &&
+        r.status() == HealthCheckResponse::NOT_SERVING) {
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+// The sum of the samples called `name` on the /metrics at 127.0.0.1:`port` (-1 unreadable).
+double Metric(int port, const std::string& name) {
+  absl::StatusOr<std::vector<loadgen::MetricSample>> samples =
+      loadgen::ParsePrometheusText(HttpGet(port, "/metrics"));
+  return samples.ok() && !samples->empty() ? loadgen::SumSamples(*samples, name).sum : -1;
+}
+
+// SIGTERM drains the drafter: its health goes NOT_SERVING, so the verifier opens no new session
+// there (a new request runs without drafts, same output), while the session of the request
+// already running keeps getting trees until that request ends; then the drafter exits 0.
+TEST_F(E2eTest, DrafterSigtermKeepsDraftingRunningSessions) {
+  constexpr int kMaxNew = 600;
+  grpc::ClientContext ctx;
+  auto reader = stub_->Generate(&ctx, TextRequest(kPrompts[0], v1::SPECULATION_MODE_AUTO, kMaxNew));
+  v1::GenerateResponse response;
+  ASSERT_TRUE(reader->Read(&response));  // running, its session open
+  int tokens = response.token_ids_size();
+  drafter_->Signal(SIGTERM);
+  ASSERT_TRUE(BecomesNotServing(drafter_addr_));
+  const double trees_at_signal = Metric(drafter_metrics_port_, "treespec_drafter_trees_total");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the verifier's health watch
+
+  const Outcome during = Generate(stub_.get(), kPrompts[2], v1::SPECULATION_MODE_AUTO, 8);
+  ASSERT_TRUE(during.status.ok()) << during.status.error_message();
+  EXPECT_EQ(during.ids, Generate(stub_.get(), kPrompts[2], v1::SPECULATION_MODE_OFF, 8).ids);
+  EXPECT_EQ(Metric(drafter_metrics_port_, "treespec_drafter_sessions_total"), 1)
+      << "a session was opened on the draining drafter";
+  EXPECT_GT(Metric(drafter_metrics_port_, "treespec_drafter_trees_total"), trees_at_signal)
+      << "the running session got no trees during the drain";
+  EXPECT_EQ(drafter_->Wait(0.05), -1) << "the drafter left before its session ended";
+
+  while (reader->Read(&response)) tokens += response.token_ids_size();
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(tokens, kMaxNew);
+  EXPECT_EQ(drafter_->Wait(30), 0) << drafter_->Stderr();
+  EXPECT_THAT(drafter_->Stderr(), HasSubstr("draining 1 sessions"));
+  EXPECT_THAT(drafter_->Stderr(), HasSubstr("shutting down: drained"));
+}
+
 // SIGTERM drains the verifier: its health goes NOT_SERVING, a new request gets UNAVAILABLE
 // (naming the drain), the request already streaming runs to its end, and the process exits 0.
 TEST_F(E2eTest, SigtermDrainsRunningRequests) {
@@ -174,19 +215,7 @@ TEST_F(E2eTest, SigtermDrainsRunningRequests) {
   int tokens = response.token_ids_size();
   verifier_->Signal(SIGTERM);
 
-  auto health = grpc::health::v1::Health::NewStub(
-      grpc::CreateChannel(addr_, grpc::InsecureChannelCredentials()));
-  grpc::health::v1::HealthCheckResponse::ServingStatus status =
-      grpc::health::v1::HealthCheckResponse::UNKNOWN;
-  for (int i = 0; i < 250 && status != grpc::health::v1::HealthCheckResponse::NOT_SERVING; ++i) {
-    grpc::ClientContext hctx;
-    grpc::health::v1::HealthCheckResponse r;
-    if (health->Check(&hctx, grpc::health::v1::HealthCheckRequest(), &r).ok()) status = r.status();
-    if (status != grpc::health::v1::HealthCheckResponse::NOT_SERVING) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
-  EXPECT_EQ(status, grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  EXPECT_TRUE(BecomesNotServing(addr_));
   const Outcome refused = Generate(stub_.get(), kPrompts[1], v1::SPECULATION_MODE_OFF, 8);
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_THAT(refused.status.error_message(), HasSubstr("draining"));
@@ -231,6 +260,41 @@ TEST_F(E2eTest, ClientCancelFreesKvPages) {
   }
   EXPECT_EQ(after.requests_running(), 0);
   EXPECT_EQ(after.kv_pages_free(), after.kv_cache_pages());
+}
+
+// Both servers close a connection once it reaches --max_connection_age_s (GOAWAY), so clients
+// re-resolve their target and find replicas added since; with 0 the connection stays.
+TEST(ConnectionAgeTest, ServersCloseConnectionsPastTheirAge) {
+  const std::string logs = TempDir();
+  for (const bool drafter : {true, false}) {
+    for (const int age_s : {1, 0}) {
+      SCOPED_TRACE(absl::StrCat(drafter ? "drafter" : "verifier", ", age ", age_s));
+      std::vector<std::string> argv =
+          drafter ? std::vector<std::string>{kBin + "/treespec-drafter", "--port=0",
+                                             "--metrics_port=-1"}
+                  : std::vector<std::string>{kBin + "/treespec-verifier", "--port=0",
+                                             "--metrics_port=-1",
+                                             "--model=" + kRoot + "/models/tiny-target"};
+      argv.push_back(absl::StrCat("--max_connection_age_s=", age_s));
+      argv.push_back("--drain_seconds=1");
+      ChildProcess server(argv, logs + "/server.log");
+      const std::string address = server.WaitForAddress(60);
+      ASSERT_FALSE(address.empty()) << server.Stderr();
+      auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+      auto health = grpc::health::v1::Health::NewStub(channel);
+      grpc::ClientContext context;
+      grpc::health::v1::HealthCheckResponse response;
+      ASSERT_TRUE(health->Check(&context, grpc::health::v1::HealthCheckRequest(), &response).ok());
+      ASSERT_EQ(channel->GetState(false), GRPC_CHANNEL_READY);
+      // Age 1 s (+ up to 10 % jitter) and a 1 s grace for calls, of which there are none.
+      const bool changed = channel->WaitForStateChange(
+          GRPC_CHANNEL_READY, std::chrono::system_clock::now() + std::chrono::seconds(4));
+      EXPECT_EQ(changed, age_s > 0) << "state now " << channel->GetState(false);
+      server.Signal(SIGTERM);
+      EXPECT_EQ(server.Wait(30), 0) << server.Stderr();
+    }
+  }
+  fs::remove_all(logs);
 }
 
 // Start-up with a bad model directory fails at once, naming the file (and tensor).

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The demo: installs what is missing, builds, starts a drafter and a verifier as separate
-# processes on loopback with the shipped tiny model pair, sends held-out code prompts through
-# the public gRPC API with treespec-cli — with speculation and without — prints the text and
-# the speculation figures, checks both runs produced the same tokens, and shuts down.
+# processes on loopback with the shipped tiny model pair (tools/launch.sh), sends held-out code
+# prompts through the public gRPC API with treespec-cli — with speculation and without — prints
+# the text and the speculation figures, checks both runs produced the same tokens, and shuts
+# down.
 #
 #   ./tools/demo.sh                 # all held-out prompts
 #   DEMO_PROMPTS=4 ./tools/demo.sh  # fewer prompts
@@ -10,24 +11,29 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./tools/install_deps.sh
 ./tools/build.sh
-source tools/services.sh
 
 bin=build/bin
 logs=$(mktemp -d /tmp/treespec-demo.XXXXXX)
 prompts=${DEMO_PROMPTS:-0}
 max_new=${DEMO_MAX_NEW_TOKENS:-128}
-trap 'stop_service "${VERIFIER_PID:-}" ; stop_service "${DRAFTER_PID:-}"' EXIT
+# Both services on the first GPU when there is one (the binaries pick CUDA there if built with
+# it), else on the CPU.
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q GPU; then
+  gpus=(--drafter_gpus 0 --verifier_gpus 0)
+else
+  gpus=(--gpus none)
+fi
+trap 'tools/launch.sh down --run_dir "$logs"' EXIT
+tools/launch.sh up --detach --quiet --run_dir "$logs" --bin "$bin" "${gpus[@]}" \
+  --drafters 1 --verifiers 1
+# shellcheck source=/dev/null
+source "$logs/launch.env"
+echo "drafter at $DRAFTER_ADDRS, verifier at $VERIFIER_ADDRS (logs in $logs)"
 
-start_service DRAFTER "$logs/drafter.log" \
-  $bin/treespec-drafter --port=0 --draft_model=models/tiny-draft
-start_service VERIFIER "$logs/verifier.log" \
-  $bin/treespec-verifier --port=0 --model=models/tiny-target --drafter="$DRAFTER_ADDR"
-echo "drafter at $DRAFTER_ADDR, verifier at $VERIFIER_ADDR (logs in $logs)"
-
-run() {  # run MODE JSON
-  $bin/treespec-cli generate --target="$VERIFIER_ADDR" --mode="$1" \
+run() {  # run MODE JSON [EXTRA FLAG]
+  $bin/treespec-cli generate --target="$VERIFIER_ADDRS" --mode="$1" \
     --prompts_file=tests/data/heldout_prompts.jsonl --limit="$prompts" \
-    --max_new_tokens="$max_new" --json_out="$2" ${3:-}
+    --max_new_tokens="$max_new" --json_out="$2" ${3:+"$3"}
 }
 echo; echo "=== speculation on (draft model, tree) ==="
 run auto "$logs/spec.json"

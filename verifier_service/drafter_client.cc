@@ -1,9 +1,5 @@
 #include "verifier_service/drafter_client.h"
 
-#include <grpcpp/create_channel.h>
-#include <grpcpp/security/credentials.h>
-#include <grpcpp/support/channel_arguments.h>
-
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -11,6 +7,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/rpc/health_checked_channel.h"
 #include "common/util/log.h"
 #include "verifier_service/proto_conversion.h"
 
@@ -168,22 +165,14 @@ class GrpcDraftStream final : public DraftStream {
   SessionReactor* reactor_;  // alive until Detach releases its hold
 };
 
+}  // namespace
+
 // Sessions go round-robin over every address the target resolves to (a headless Service's pods
 // through dns:///), skipping those whose grpc.health.v1 status is not SERVING (a draining or
 // loading drafter); each session is one stream, so it stays on the replica that opened it.
-grpc::ChannelArguments DrafterChannelArguments() {
-  grpc::ChannelArguments args;
-  args.SetServiceConfigJSON(
-      R"({"loadBalancingConfig": [{"round_robin": {}}], "healthCheckConfig": {"serviceName": ""}})");
-  return args;
-}
-
-}  // namespace
-
 GrpcDraftSource::GrpcDraftSource(const std::string& target)
     : target_(target),
-      channel_(grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
-                                         DrafterChannelArguments())),
+      channel_(HealthCheckedChannel(target)),
       stub_(v1::Drafter::NewStub(channel_)) {}
 
 std::unique_ptr<DraftStream> GrpcDraftSource::Open(const DraftOpenParams& params,

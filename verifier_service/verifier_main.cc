@@ -20,6 +20,7 @@
 #include "common/backend/load_model.h"
 #include "common/metrics/metrics_http_server.h"
 #include "common/model/causal_lm.h"
+#include "common/rpc/connection_age.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/log.h"
 #include "common/util/shutdown_signal.h"
@@ -146,12 +147,9 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_host) + ":" + std::to_string(absl::GetFlag(FLAGS_port)),
       grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
-  if (const int age_s = absl::GetFlag(FLAGS_max_connection_age_s); age_s > 0) {
-    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, age_s * 1000);
-    // A connection past its age may finish its calls for as long as a drain would.
-    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
-                               std::max(1, absl::GetFlag(FLAGS_drain_seconds)) * 1000);
-  }
+  // A connection past its age may finish its calls for as long as a drain would.
+  treespec::SetMaxConnectionAge(builder, absl::GetFlag(FLAGS_max_connection_age_s),
+                                absl::GetFlag(FLAGS_drain_seconds));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     TS_LOG(kError, "cannot listen on %s:%d", absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_port));

@@ -135,6 +135,8 @@ nlohmann::json Summarize(absl::Span<const RequestRecord> records, double duratio
     per_position.push_back(drafts > 0 ? static_cast<double>(a) / drafts : 0.0);
   }
   out["spec_decode_per_position_acceptance_rates"] = per_position;
+  // The counts behind the rates, to compare with the servers' counters exactly.
+  out["spec_decode_accepted_tokens_per_position"] = per_depth;
   return out;
 }
 

@@ -61,8 +61,9 @@ bool MeetsSlo(const RequestRecord& r, const Slo& slo);
 // spec_decode_num_drafts, spec_decode_draft_tokens, spec_decode_accepted_tokens,
 // spec_decode_acceptance_rate (accepted / draft tokens, %), spec_decode_acceptance_length
 // (1 + accepted / drafts) and spec_decode_per_position_acceptance_rates (accepted at depth d /
-// drafts; the rate and the length are null without drafts). Standard deviations are population
-// ones (numpy's default).
+// drafts; the rate and the length are null without drafts) with its counts
+// spec_decode_accepted_tokens_per_position. Standard deviations are population ones (numpy's
+// default).
 nlohmann::json Summarize(absl::Span<const RequestRecord> records, double duration_s,
                          absl::Span<const double> percentiles, const Slo& slo = {});
 

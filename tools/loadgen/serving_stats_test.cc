@@ -106,6 +106,7 @@ TEST(SummarizeTest, SpeculationFigures) {
   ASSERT_EQ(per_position.size(), 3u);
   EXPECT_NEAR(per_position[0], 2.0 / 3, 1e-12);
   EXPECT_NEAR(per_position[2], 1.0 / 3, 1e-12);
+  EXPECT_EQ(s["spec_decode_accepted_tokens_per_position"], nlohmann::json({2, 2, 1}));
   // Without drafts the rate and length are undefined, not 0.
   std::vector<RequestRecord> plain = Fixture();
   for (RequestRecord& r : plain) r.drafts = r.draft_tokens = r.accepted_tokens = 0;

@@ -1,0 +1,22 @@
+// Client channels that spread calls over every address a target resolves to (round_robin) and
+// skip the servers whose grpc.health.v1 status is not SERVING (client-side health checking):
+// a loading or draining replica gets no new calls, and an added one starts getting them.
+// The verifier reaches its drafters this way, and treespec-loadgen its verifiers.
+#ifndef TREESPEC_COMMON_RPC_HEALTH_CHECKED_CHANNEL_H_
+#define TREESPEC_COMMON_RPC_HEALTH_CHECKED_CHANNEL_H_
+
+#include <grpcpp/channel.h>
+
+#include <memory>
+#include <string>
+
+namespace treespec {
+
+// An insecure channel to `target` ("host:port", "dns:///name:port", "ipv4:a:p,b:q") with
+// round_robin and health checking. With no healthy address its state is TRANSIENT_FAILURE and
+// calls without wait_for_ready fail at once with UNAVAILABLE.
+std::shared_ptr<grpc::Channel> HealthCheckedChannel(const std::string& target);
+
+}  // namespace treespec
+
+#endif  // TREESPEC_COMMON_RPC_HEALTH_CHECKED_CHANNEL_H_

@@ -1,0 +1,242 @@
+// Scale-out on loopback (issue 4): the real binaries, two drafters and two verifiers with the
+// shipped tiny pair on the CPU, each verifier drafting through both drafters (an ipv4: target,
+// round-robin with health checks), driven by treespec-loadgen across both verifiers.
+//   - ≥ 200 Poisson-timed requests: none fails, both verifiers serve and both drafters get
+//     sessions (one per request), and the harness's acceptance figures equal the verifiers'
+//     counter deltas (--check_metrics);
+//   - SIGTERM to one verifier under load: the requests it was running complete (not fail), it
+//     exits 0 having drained, and the other keeps serving the new ones.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/generate_client.h"
+#include "tests/process.h"
+#include "tools/loadgen/http_get.h"
+#include "tools/loadgen/prometheus_text.h"
+#include "treespec/v1/generation.grpc.pb.h"
+
+namespace treespec {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::ChildProcess;
+
+const std::string kRoot = TREESPEC_SOURCE_DIR;
+const std::string kBin = TREESPEC_BIN_DIR;
+
+// A service started from its binary, with the addresses it printed.
+struct Service {
+  std::unique_ptr<ChildProcess> process;
+  std::string address;  // gRPC HOST:PORT
+  std::string metrics;  // /metrics HOST:PORT
+};
+
+// Starts `argv` and waits for its "metrics on" and then "listening on" lines.
+Service Start(const std::vector<std::string>& argv, const std::string& log) {
+  Service s;
+  s.process = std::make_unique<ChildProcess>(argv, log);
+  const std::string metrics_line = s.process->WaitForLine("metrics on ", 60);
+  if (const size_t at = metrics_line.find("metrics on "); at != std::string::npos) {
+    s.metrics = metrics_line.substr(at + 11);
+  }
+  s.address = s.process->WaitForAddress(60);
+  return s;
+}
+
+// The sum of the samples called `name` on the /metrics at `address` (-1 when unreadable).
+double Metric(const std::string& address, const std::string& name) {
+  absl::StatusOr<loadgen::HttpUrl> url = loadgen::ParseHttpUrl(address);
+  if (!url.ok()) return -1;
+  absl::StatusOr<std::string> text = loadgen::HttpGet(*url, absl::Seconds(5));
+  if (!text.ok()) return -1;
+  absl::StatusOr<std::vector<loadgen::MetricSample>> samples = loadgen::ParsePrometheusText(*text);
+  if (!samples.ok()) return -1;
+  return loadgen::SumSamples(*samples, name).sum;
+}
+
+nlohmann::json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+}
+
+std::vector<nlohmann::json> ReadJsonl(const std::string& path) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) lines.push_back(nlohmann::json::parse(line, nullptr, false));
+  }
+  return lines;
+}
+
+class ScaleOutTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/treespec-scale-out-XXXXXX";
+    dir_ = mkdtemp(pattern);
+    for (int i = 0; i < 2; ++i) {
+      drafters_.push_back(
+          Start({kBin + "/treespec-drafter", "--port=0", "--metrics_port=0", "--device=cpu",
+                 "--threads=1", "--draft_model=" + kRoot + "/models/tiny-draft"},
+                absl::StrCat(dir_, "/drafter-", i, ".log")));
+      ASSERT_FALSE(drafters_.back().address.empty()) << drafters_.back().process->Stderr();
+      ASSERT_FALSE(drafters_.back().metrics.empty());
+    }
+    const std::string drafter_target =
+        absl::StrCat("ipv4:", drafters_[0].address, ",", drafters_[1].address);
+    for (int i = 0; i < 2; ++i) {
+      verifiers_.push_back(Start({kBin + "/treespec-verifier", "--port=0", "--metrics_port=0",
+                                  "--device=cpu", "--model=" + kRoot + "/models/tiny-target",
+                                  "--drafter=" + drafter_target, "--drain_seconds=60"},
+                                 absl::StrCat(dir_, "/verifier-", i, ".log")));
+      ASSERT_FALSE(verifiers_.back().address.empty()) << verifiers_.back().process->Stderr();
+      ASSERT_FALSE(verifiers_.back().metrics.empty());
+    }
+  }
+
+  void TearDown() override {
+    for (Service& v : verifiers_) v.process->Signal(SIGTERM);
+    for (Service& v : verifiers_) v.process->Wait(60);
+    for (Service& d : drafters_) d.process->Signal(SIGTERM);
+    for (Service& d : drafters_) EXPECT_EQ(d.process->Wait(60), 0) << d.process->Stderr();
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  // Starts treespec-loadgen across both verifiers with `flags`.
+  std::unique_ptr<ChildProcess> StartLoadgen(const std::vector<std::string>& flags) {
+    std::vector<std::string> argv = {
+        kBin + "/treespec-loadgen",
+        absl::StrCat("--target=", verifiers_[0].address, ",", verifiers_[1].address),
+        "--progress=false", "--connect_timeout_s=30"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    return std::make_unique<ChildProcess>(argv, dir_ + "/loadgen.log");
+  }
+
+  std::string dir_;
+  std::vector<Service> drafters_, verifiers_;
+};
+
+TEST_F(ScaleOutTest, PoissonLoadSpreadsOverAllReplicasAndMatchesTheirCounters) {
+  constexpr int kRequests = 240, kWarmups = 4;
+  const std::string result = dir_ + "/result.json";
+  std::unique_ptr<ChildProcess> loadgen = StartLoadgen(
+      {absl::StrCat("--num_prompts=", kRequests), absl::StrCat("--num_warmups=", kWarmups),
+       "--request_rate=16", "--arrival=poisson", "--seed=7", "--random_input_len=32",
+       "--random_output_len=12", "--random_range_ratio=0.25",
+       absl::StrCat("--metrics_urls=", verifiers_[0].metrics, ",", verifiers_[1].metrics),
+       "--check_metrics", "--result_json=" + result,
+       "--requests_jsonl=" + dir_ + "/requests.jsonl"});
+  const absl::Time start = absl::Now();
+  const int code = loadgen->Wait(300);
+  ASSERT_EQ(code, 0) << loadgen->Stderr();
+  std::printf("loadgen: %d requests in %.1f s\n", kRequests,
+              absl::ToDoubleSeconds(absl::Now() - start));
+
+  const nlohmann::json summary = ReadJson(result);
+  ASSERT_TRUE(summary.is_object()) << "no summary at " << result;
+  EXPECT_EQ(summary["completed"], kRequests);
+  EXPECT_EQ(summary["failed"], 0) << summary["errors"].dump();
+  EXPECT_GT(summary["spec_decode_num_drafts"].get<int64_t>(), 0) << "no speculation happened";
+  EXPECT_GT(summary["spec_decode_accepted_tokens"].get<int64_t>(), 0);
+  // The cross-check: the verifiers' counter deltas equal the harness's figures.
+  const nlohmann::json& check = summary["metrics_check"];
+  EXPECT_TRUE(check["ok"].get<bool>()) << check.dump();
+  EXPECT_EQ(check["servers"]["spec_decode_num_drafts"].get<double>(),
+            summary["spec_decode_num_drafts"].get<double>());
+  EXPECT_EQ(check["servers"]["spec_decode_accepted_tokens_per_position"].size(),
+            summary["spec_decode_accepted_tokens_per_position"].size());
+  // Both verifiers served.
+  for (const Service& v : verifiers_) {
+    EXPECT_GT(summary["per_target"][v.address]["completed"].get<int>(), kRequests / 4)
+        << summary["per_target"].dump();
+  }
+  // Both drafters drafted: one session per request (warm-ups included), spread over both.
+  double sessions = 0;
+  for (const Service& d : drafters_) {
+    const double s = Metric(d.metrics, "treespec_drafter_sessions_total");
+    EXPECT_GT(s, 0) << "drafter " << d.address << " got no session";
+    EXPECT_GT(Metric(d.metrics, "treespec_drafter_trees_total"), 0);
+    sessions += s;
+  }
+  EXPECT_EQ(sessions, kRequests + kWarmups);
+  std::printf("summary: %s\n", summary.dump().c_str());
+}
+
+TEST_F(ScaleOutTest, SigtermDrainsOneVerifierWhileTheOtherKeepsServing) {
+  constexpr int kRequests = 60;
+  const std::string result = dir_ + "/result.json", requests = dir_ + "/requests.jsonl";
+  std::unique_ptr<ChildProcess> loadgen =
+      StartLoadgen({absl::StrCat("--num_prompts=", kRequests), "--request_rate=5", "--seed=11",
+                    "--random_input_len=32", "--random_output_len=48", "--result_json=" + result,
+                    "--requests_jsonl=" + requests});
+  // Signal verifier 0 once it has been serving for a while and runs requests right now.
+  Service& drained = verifiers_[0];
+  const absl::Time start = absl::Now();
+  bool running = false;
+  while (absl::Now() - start < absl::Seconds(60)) {
+    running = absl::Now() - start > absl::Seconds(3) &&
+              Metric(drained.metrics, "treespec_requests_running") >= 1;
+    if (running) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_TRUE(running) << "verifier 0 never ran a request";
+  const double signal_unix_s = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  drained.process->Signal(SIGTERM);
+
+  ASSERT_EQ(loadgen->Wait(300), 0) << loadgen->Stderr();
+  EXPECT_EQ(drained.process->Wait(60), 0) << drained.process->Stderr();
+  const std::string log = drained.process->Stderr();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("draining: (\\d+) running"))) << log;
+  EXPECT_GE(std::stoi(m[1]), 1) << "nothing was running at the signal";
+  EXPECT_THAT(log, ::testing::HasSubstr("shutting down: drained"));
+
+  const nlohmann::json summary = ReadJson(result);
+  ASSERT_TRUE(summary.is_object());
+  EXPECT_EQ(summary["completed"], kRequests);
+  EXPECT_EQ(summary["failed"], 0) << summary["errors"].dump();
+  int drained_ok = 0, after_ok = 0;
+  for (const nlohmann::json& r : ReadJsonl(requests)) {
+    const double sent = r["send_unix_s"].get<double>();
+    const double ended = sent + r["e2el_ms"].get<double>() / 1e3;
+    ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+    // Running on verifier 0 when the signal came, finished there afterwards.
+    if (r["target"] == drained.address && sent < signal_unix_s && ended > signal_unix_s) {
+      ++drained_ok;
+    }
+    // Sent a moment after the signal: served by the other verifier.
+    if (sent > signal_unix_s + 0.5) {
+      EXPECT_EQ(r["target"], verifiers_[1].address) << r.dump();
+      ++after_ok;
+    }
+  }
+  EXPECT_GE(drained_ok, 1) << "no request was drained";
+  EXPECT_GE(after_ok, 5) << "too few requests after the signal to show the other kept serving";
+  std::printf("drained %d requests on verifier 0; %d later ones on verifier 1; %d retried\n",
+              drained_ok, after_ok, summary["retried_requests"].get<int>());
+  // And the survivor still answers.
+  auto stub = v1::Generation::NewStub(
+      grpc::CreateChannel(verifiers_[1].address, grpc::InsecureChannelCredentials()));
+  const testing::Outcome after = testing::Generate(
+      stub.get(), testing::TextRequest("def f(x):\n    return", v1::SPECULATION_MODE_AUTO, 8));
+  EXPECT_TRUE(after.status.ok()) << after.status.error_message();
+  EXPECT_EQ(after.ids.size(), 8u);
+}
+
+}  // namespace
+}  // namespace treespec

@@ -1,0 +1,269 @@
+#include "tools/loadgen/driver.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/rpc/health_checked_channel.h"
+
+namespace treespec::loadgen {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Millis(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+Clock::duration Seconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+// "UNAVAILABLE" etc.: gRPC and Abseil share the canonical code numbers.
+std::string CodeName(grpc::StatusCode code) {
+  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+}
+
+}  // namespace
+
+v1::GenerateRequest BuildRequest(const Prompt& prompt, int index, const RequestOptions& o) {
+  v1::GenerateRequest r;
+  r.set_request_id(absl::StrCat("loadgen-", index));
+  if (prompt.token_ids.empty()) {
+    r.set_text(prompt.text);
+  } else {
+    r.mutable_token_ids()->mutable_ids()->Add(prompt.token_ids.begin(), prompt.token_ids.end());
+  }
+  v1::SamplingParams* s = r.mutable_sampling();
+  s->set_max_new_tokens(prompt.output_len);
+  s->set_temperature(static_cast<float>(o.temperature));
+  if (o.top_p > 0) s->set_top_p(static_cast<float>(o.top_p));
+  s->set_top_k(o.top_k);
+  s->set_seed(o.seed + static_cast<uint64_t>(index));
+  s->set_ignore_eos(o.ignore_eos);
+  v1::SpeculationParams* spec = r.mutable_speculation();
+  spec->set_mode(o.mode);
+  if (o.tree_budget > 0) spec->set_tree_budget(o.tree_budget);
+  if (o.max_depth > 0) spec->set_max_depth(o.max_depth);
+  return r;
+}
+
+// What one Run shares with its calls; guarded by `mu` except the constant parts.
+struct Driver::RunState {
+  absl::Span<const Prompt> prompts;
+  const RequestOptions* request_options = nullptr;
+  const ScheduleOptions* schedule = nullptr;
+  ProgressBar* progress = nullptr;
+  Clock::time_point start;
+  absl::Time start_wall;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  int in_flight = 0, done = 0, failed = 0;
+  Clock::time_point last_end;
+  std::vector<RequestResult> results;  // by dataset index
+  std::vector<bool> sent;
+};
+
+// One attempt of one request: a server-streaming Generate call and its timings.
+class Driver::Call final : public grpc::ClientReadReactor<v1::GenerateResponse> {
+ public:
+  Call(Driver* driver, RunState* state, int index, int target, int attempt, Clock::time_point sent)
+      : driver_(driver),
+        state_(state),
+        index_(index),
+        target_(target),
+        attempt_(attempt),
+        sent_(sent) {}
+
+  void Start(v1::Generation::Stub* stub) {
+    request_ = BuildRequest(state_->prompts[index_], index_, *state_->request_options);
+    context_.set_deadline(
+        std::chrono::system_clock::now() +
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(
+            Seconds(state_->schedule->request_timeout_s) - (Clock::now() - sent_)));
+    stub->async()->Generate(&context_, &request_, this);
+    StartRead(&response_);
+    StartCall();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // the stream ended: OnDone follows
+    const Clock::time_point now = Clock::now();
+    ++messages_;
+    last_message_ = now;
+    if (const int n = response_.token_ids_size(); n > 0) {
+      if (tokens_seen_ == 0) {
+        record_.ttft_ms = Millis(now - sent_);
+      } else {
+        record_.itl_ms.push_back(Millis(now - last_tokens_));
+      }
+      tokens_seen_ += n;
+      last_tokens_ = now;
+    }
+    if (response_.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+      finish_reason_ = v1::FinishReason_Name(response_.finish_reason());
+      record_.input_tokens = response_.usage().prompt_tokens();
+      record_.output_tokens = response_.usage().completion_tokens();
+      const v1::SpeculationStats& s = response_.speculation();
+      record_.drafts = s.steps() - s.fallback_steps();
+      record_.draft_tokens = s.drafted_tokens();
+      record_.accepted_tokens = s.accepted_tokens();
+      record_.accepted_per_depth.assign(s.accepted_per_depth().begin(),
+                                        s.accepted_per_depth().end());
+    }
+    StartRead(&response_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    driver_->OnCallDone(this, status);
+    delete this;
+  }
+
+ private:
+  friend class Driver;
+
+  Driver* const driver_;
+  RunState* const state_;
+  const int index_, target_, attempt_;
+  const Clock::time_point sent_;  // of the request's first attempt
+
+  grpc::ClientContext context_;
+  v1::GenerateRequest request_;
+  v1::GenerateResponse response_;
+  int messages_ = 0;
+  int tokens_seen_ = 0;
+  Clock::time_point last_message_, last_tokens_;
+  RequestRecord record_;
+  std::string finish_reason_;  // set by the final message
+};
+
+Driver::Driver(std::vector<std::string> targets) : targets_(std::move(targets)) {
+  for (const std::string& target : targets_) {
+    channels_.push_back(HealthCheckedChannel(target));
+    stubs_.push_back(v1::Generation::NewStub(channels_.back()));
+  }
+}
+
+Driver::~Driver() = default;
+
+absl::StatusOr<std::vector<v1::ModelInfo>> Driver::ModelInfos(absl::Duration timeout) {
+  std::vector<v1::ModelInfo> infos(targets_.size());
+  for (size_t t = 0; t < targets_.size(); ++t) {
+    grpc::ClientContext context;
+    context.set_wait_for_ready(true);
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    const grpc::Status status =
+        stubs_[t]->GetModelInfo(&context, v1::GetModelInfoRequest(), &infos[t]);
+    if (!status.ok()) {
+      return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                          absl::StrCat("target ", targets_[t], ": GetModelInfo: ",
+                                       CodeName(status.error_code()), ": ", status.error_message(),
+                                       status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
+                                           ? " (is a verifier serving there?)"
+                                           : ""));
+    }
+  }
+  return infos;
+}
+
+int Driver::PickTarget(int preferred) {
+  const int n = static_cast<int>(targets_.size());
+  for (int k = 0; k < n; ++k) {
+    const int t = (preferred + k) % n;
+    const grpc_connectivity_state state = channels_[t]->GetState(/*try_to_connect=*/true);
+    if (state != GRPC_CHANNEL_TRANSIENT_FAILURE && state != GRPC_CHANNEL_SHUTDOWN) return t;
+  }
+  return preferred % n;
+}
+
+void Driver::Launch(RunState* state, int index, int target, int attempt, Clock::time_point sent) {
+  auto* call = new Call(this, state, index, target, attempt, sent);
+  call->Start(stubs_[target].get());
+}
+
+void Driver::OnCallDone(Call* call, const grpc::Status& status) {
+  RunState* state = call->state_;
+  const bool refused = status.error_code() == grpc::StatusCode::UNAVAILABLE && call->messages_ == 0;
+  if (refused && state->schedule->failover && call->attempt_ < static_cast<int>(targets_.size())) {
+    Launch(state, call->index_, PickTarget(call->target_ + 1), call->attempt_ + 1, call->sent_);
+    return;
+  }
+  const Clock::time_point now = Clock::now();
+  std::lock_guard<std::mutex> lock(state->mu);
+  RequestResult& r = state->results[call->index_];
+  r.index = call->index_;
+  r.request_id = call->request_.request_id();
+  r.target = targets_[call->target_];
+  r.attempts = call->attempt_;
+  r.record = std::move(call->record_);
+  r.finish_reason = call->finish_reason_;
+  r.record.ok = status.ok() && !call->finish_reason_.empty();
+  if (r.record.ok) {
+    r.record.e2el_ms = Millis(call->last_message_ - call->sent_);
+  } else {
+    r.error = status.ok()
+                  ? "OK: the stream ended without its final message"
+                  : absl::StrCat(CodeName(status.error_code()), ": ", status.error_message());
+  }
+  --state->in_flight;
+  ++state->done;
+  if (!r.record.ok) ++state->failed;
+  state->last_end = now;
+  if (state->progress != nullptr)
+    state->progress->Set(state->done, state->failed, state->in_flight);
+  state->cv.notify_all();
+}
+
+RunResult Driver::Run(absl::Span<const Prompt> prompts, absl::Span<const double> send_times,
+                      const RequestOptions& request_options, const ScheduleOptions& schedule,
+                      ProgressBar* progress) {
+  RunState state;
+  state.prompts = prompts;
+  state.request_options = &request_options;
+  state.schedule = &schedule;
+  state.progress = progress;
+  state.results.resize(prompts.size());
+  state.sent.assign(prompts.size(), false);
+  state.start = Clock::now();
+  state.start_wall = absl::Now();
+  state.last_end = state.start;
+  RunResult out;
+  const int n = static_cast<int>(std::min(prompts.size(), send_times.size()));
+  for (int i = 0; i < n; ++i) {
+    if (schedule.duration_s > 0 && send_times[i] >= schedule.duration_s) {
+      out.not_sent = n - i;
+      break;
+    }
+    std::this_thread::sleep_until(state.start + Seconds(send_times[i]));
+    std::unique_lock<std::mutex> lock(state.mu);
+    if (schedule.max_concurrency > 0) {
+      state.cv.wait(lock, [&] { return state.in_flight < schedule.max_concurrency; });
+    }
+    if (schedule.duration_s > 0 && Clock::now() - state.start >= Seconds(schedule.duration_s)) {
+      out.not_sent = n - i;
+      break;
+    }
+    const Clock::time_point sent = Clock::now();
+    ++state.in_flight;
+    state.sent[i] = true;
+    state.results[i].send_s = std::chrono::duration<double>(sent - state.start).count();
+    state.results[i].send_unix_s =
+        absl::ToDoubleSeconds(state.start_wall - absl::UnixEpoch()) + state.results[i].send_s;
+    if (progress != nullptr) progress->Set(state.done, state.failed, state.in_flight);
+    lock.unlock();
+    const int target = static_cast<int>(next_target_++ % targets_.size());
+    Launch(&state, i, PickTarget(target), 1, sent);
+  }
+  std::unique_lock<std::mutex> lock(state.mu);
+  state.cv.wait(lock, [&] { return state.in_flight == 0; });
+  out.duration_s = std::chrono::duration<double>(state.last_end - state.start).count();
+  for (int i = 0; i < n; ++i) {
+    if (state.sent[i]) out.requests.push_back(std::move(state.results[i]));
+  }
+  return out;
+}
+
+}  // namespace treespec::loadgen

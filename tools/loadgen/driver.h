@@ -1,0 +1,91 @@
+// treespec-loadgen's client: sends Generate requests to the verifiers on a schedule with gRPC's
+// callback API (one reactor per request, no thread per request) and times every stream.
+//
+// Each target gets its own channel with client-side health checking (round_robin over what the
+// address resolves to, `healthCheckConfig`), so a verifier that reports NOT_SERVING (draining)
+// turns its channel TRANSIENT_FAILURE and new requests skip it. Requests go round-robin over the
+// targets whose channels are not failing. A request refused with UNAVAILABLE before any message
+// (a verifier that began draining before its health said so, or went away) is sent on to the
+// next target when failover is on, keeping its original send time; a request that had started
+// streaming is never retried.
+#ifndef TREESPEC_TOOLS_LOADGEN_DRIVER_H_
+#define TREESPEC_TOOLS_LOADGEN_DRIVER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "tools/loadgen/dataset.h"
+#include "tools/loadgen/progress.h"
+#include "tools/loadgen/request_result.h"
+#include "tools/loadgen/run_config.h"
+#include "treespec/v1/generation.grpc.pb.h"
+
+namespace treespec::loadgen {
+
+// The Generate request for `prompt`, the `index`-th of the dataset.
+v1::GenerateRequest BuildRequest(const Prompt& prompt, int index, const RequestOptions& options);
+
+struct ScheduleOptions {
+  int max_concurrency = 0;  // requests in flight at most; 0 = no bound
+  double duration_s = 0;    // no request is sent after this many seconds; 0 = no bound
+  double request_timeout_s = 600;
+  bool failover = true;
+};
+
+struct RunResult {
+  std::vector<RequestResult> requests;  // the sent ones, by dataset index
+  double duration_s = 0;                // from the start to the last request's end
+  int not_sent = 0;                     // left out by the duration bound
+};
+
+class Driver {
+ public:
+  explicit Driver(std::vector<std::string> targets);
+  ~Driver();
+  Driver(const Driver&) = delete;
+  Driver& operator=(const Driver&) = delete;
+
+  const std::vector<std::string>& targets() const { return targets_; }
+
+  // GetModelInfo of every target, waiting up to `timeout` for each to accept connections;
+  // the first failure as UNAVAILABLE (or the server's code) naming the target.
+  absl::StatusOr<std::vector<v1::ModelInfo>> ModelInfos(absl::Duration timeout);
+
+  // Sends prompts[i] at send_times[i] seconds after the start (waiting for a free slot under
+  // max_concurrency) until the prompts or the duration run out, and returns once every sent
+  // request has ended. `progress` may be null.
+  RunResult Run(absl::Span<const Prompt> prompts, absl::Span<const double> send_times,
+                const RequestOptions& request_options, const ScheduleOptions& schedule,
+                ProgressBar* progress);
+
+ private:
+  class Call;
+  struct RunState;
+
+  // The target for a request that would go to `preferred`: the first from it on whose channel
+  // is not failing, or `preferred` when all are.
+  int PickTarget(int preferred);
+  // Starts attempt `attempt` of `state`'s request `index` on target `target`; `sent` is when
+  // its first attempt was sent.
+  void Launch(RunState* state, int index, int target, int attempt,
+              std::chrono::steady_clock::time_point sent);
+  // Called once per attempt from the reactor's OnDone.
+  void OnCallDone(Call* call, const grpc::Status& status);
+
+  const std::vector<std::string> targets_;
+  std::vector<std::shared_ptr<grpc::Channel>> channels_;
+  std::vector<std::unique_ptr<v1::Generation::Stub>> stubs_;
+  std::atomic<uint64_t> next_target_{0};
+};
+
+}  // namespace treespec::loadgen
+
+#endif  // TREESPEC_TOOLS_LOADGEN_DRIVER_H_

@@ -1,0 +1,151 @@
+// Output files: a request's JSONL line, CSV quoting, the one-row summary CSV (flattening and
+// column order), the report's figures, and writing to an unwritable path.
+#include "tools/loadgen/output.h"
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace treespec::loadgen {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Splits one CSV line into fields (RFC 4180 quoting), to check the writer from outside.
+std::vector<std::string> CsvFields(const std::string& line) {
+  std::vector<std::string> fields(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted && c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+      fields.back() += '"';
+      ++i;
+    } else if (c == '"') {
+      quoted = !quoted;
+    } else if (c == ',' && !quoted) {
+      fields.emplace_back();
+    } else {
+      fields.back() += c;
+    }
+  }
+  return fields;
+}
+
+TEST(OutputTest, RequestJsonHasTheFiguresAndTheError) {
+  RequestResult ok;
+  ok.index = 4;
+  ok.request_id = "loadgen-4";
+  ok.target = "127.0.0.1:1";
+  ok.attempts = 2;
+  ok.send_s = 0.5;
+  ok.finish_reason = "FINISH_REASON_LENGTH";
+  ok.record = {.ok = true,
+               .input_tokens = 10,
+               .output_tokens = 3,
+               .ttft_ms = 20,
+               .e2el_ms = 60,
+               .itl_ms = {40},
+               .drafts = 1,
+               .draft_tokens = 16,
+               .accepted_tokens = 1,
+               .accepted_per_depth = {1}};
+  const nlohmann::json j = RequestJson(ok);
+  EXPECT_EQ(j["index"], 4);
+  EXPECT_EQ(j["target"], "127.0.0.1:1");
+  EXPECT_EQ(j["attempts"], 2);
+  EXPECT_EQ(j["ok"], true);
+  EXPECT_FALSE(j.contains("error"));
+  EXPECT_DOUBLE_EQ(j["tpot_ms"].get<double>(), 20);  // (60 - 20) / 2
+  EXPECT_EQ(j["itl_ms"], nlohmann::json({40.0}));
+  EXPECT_EQ(j["accepted_per_depth"], nlohmann::json({1}));
+
+  RequestResult failed;
+  failed.error = "UNAVAILABLE: draining";
+  failed.record.output_tokens = 1;
+  const nlohmann::json f = RequestJson(failed);
+  EXPECT_EQ(f["ok"], false);
+  EXPECT_EQ(f["error"], "UNAVAILABLE: draining");
+  EXPECT_TRUE(f["tpot_ms"].is_null());
+
+  const std::string jsonl = RequestsJsonl(std::vector<RequestResult>{ok, failed});
+  const std::vector<std::string> lines = absl::StrSplit(jsonl, '\n');
+  ASSERT_EQ(lines.size(), 3u) << "two lines and the final newline";
+  EXPECT_EQ(nlohmann::json::parse(lines[0]), j);
+  EXPECT_EQ(nlohmann::json::parse(lines[1]), f);
+}
+
+TEST(OutputTest, CsvFieldsAreQuotedOnlyWhenNeeded) {
+  EXPECT_EQ(CsvField("plain"), "plain");
+  EXPECT_EQ(CsvField("a,b"), "\"a,b\"");
+  EXPECT_EQ(CsvField("say \"hi\""), "\"say \"\"hi\"\"\"");
+  EXPECT_EQ(CsvField("two\nlines"), "\"two\nlines\"");
+  EXPECT_EQ(CsvField(""), "");
+}
+
+TEST(OutputTest, SummaryCsvIsOneFlatRow) {
+  const nlohmann::json summary = {
+      {"completed", 3},
+      {"mean_ttft_ms", 12.5},
+      {"spec_decode_acceptance_length", nullptr},
+      {"spec_decode_per_position_acceptance_rates", {0.5, 0.25}},
+      {"config", {{"targets", {"a:1", "b:2"}}, {"mode", "auto"}}},
+      {"errors", {{"UNAVAILABLE: x, y", 2}}},
+  };
+  const std::vector<std::string> lines = absl::StrSplit(SummaryCsv(summary), '\n');
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[2], "");
+  const std::vector<std::string> header = CsvFields(lines[0]);
+  const std::vector<std::string> row = CsvFields(lines[1]);
+  ASSERT_EQ(header.size(), row.size());
+  const std::vector<std::string> expected_header = {"completed",
+                                                    "config.mode",
+                                                    "config.targets",
+                                                    "errors.UNAVAILABLE: x, y",
+                                                    "mean_ttft_ms",
+                                                    "spec_decode_acceptance_length",
+                                                    "spec_decode_per_position_acceptance_rates"};
+  EXPECT_EQ(header, expected_header);
+  const std::vector<std::string> expected_row = {"3",    "auto", "a:1;b:2", "2",
+                                                 "12.5", "",     "0.5;0.25"};
+  EXPECT_EQ(row, expected_row);
+}
+
+TEST(OutputTest, ReportShowsTheFigures) {
+  const nlohmann::json summary = {{"completed", 200},
+                                  {"failed", 0},
+                                  {"duration", 12.345},
+                                  {"mean_ttft_ms", 3.14159},
+                                  {"p99.9_ttft_ms", 9.5},
+                                  {"spec_decode_acceptance_length", 2.5},
+                                  {"spec_decode_acceptance_rate", nullptr},
+                                  {"spec_decode_per_position_acceptance_rates", {0.75, 0.5}},
+                                  {"metrics_check", {{"ok", true}}}};
+  const std::string report = SummaryReport(summary, std::vector<double>{99.9});
+  EXPECT_THAT(report, HasSubstr("Successful requests:                     200\n"));
+  EXPECT_THAT(report, HasSubstr("Benchmark duration (s):                  12.35\n"));
+  EXPECT_THAT(report, HasSubstr("Mean TTFT (ms):                          3.14\n"));
+  EXPECT_THAT(report, HasSubstr("P99.9 TTFT (ms):                         9.50\n"));
+  EXPECT_THAT(report, HasSubstr("Mean acceptance length:                  2.50\n"));
+  EXPECT_THAT(report, HasSubstr("Acceptance rate (%):                     n/a\n"));
+  EXPECT_THAT(report, HasSubstr("Acceptance per depth:                    0.75 0.50\n"));
+  EXPECT_THAT(report, HasSubstr("Server counters (delta):                 match\n"));
+}
+
+TEST(OutputTest, WriteFileNamesAnUnwritablePath) {
+  const std::string path = ::testing::TempDir() + "/loadgen_output_test.txt";
+  ASSERT_TRUE(WriteFile(path, "abc\n").ok());
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "abc");
+  const absl::Status bad = WriteFile("/nonexistent-dir/x.json", "{}");
+  EXPECT_FALSE(bad.ok());
+  EXPECT_THAT(bad.message(), HasSubstr("/nonexistent-dir/x.json"));
+}
+
+}  // namespace
+}  // namespace treespec::loadgen
