@@ -60,6 +60,8 @@ ABSL_FLAG(bool, few_row_gemm, true,
           "GEMMs of few rows (GemmOptions::skinny_max_rows) through the few-row kernel "
           "(false: cuBLASLt for all)");
 ABSL_FLAG(bool, dependent_launch, true, "the few-row GEMM as a programmatic dependent launch");
+ABSL_FLAG(bool, attention_dependent_launch, true,
+          "the tree attention as a programmatic dependent launch");
 ABSL_FLAG(int, attention_tile_rows, 0,
           "tree attention's query rows per CTA: 0 = per launch (64, or 128 past 64 rows), 64, 128");
 ABSL_FLAG(bool, breakdown, false,
@@ -213,6 +215,7 @@ absl::Status Main() {
     if (!absl::GetFlag(FLAGS_few_row_gemm)) cuda.gemm.skinny_max_rows = 0;
     cuda.gemm.dependent_launch = absl::GetFlag(FLAGS_dependent_launch);
     cuda.attention_tile_rows = absl::GetFlag(FLAGS_attention_tile_rows);
+    cuda.attention_dependent_launch = absl::GetFlag(FLAGS_attention_dependent_launch);
     ASSIGN_OR_RETURN(std::unique_ptr<CausalLm> model,
                      CreateRandomCudaCausalLm(config, 1, lm, cuda));
     std::printf(
@@ -242,7 +245,8 @@ absl::Status Main() {
                   {"cuda_graphs", absl::GetFlag(FLAGS_cuda_graphs)},
                   {"few_row_gemm", absl::GetFlag(FLAGS_few_row_gemm)},
                   {"dependent_launch", absl::GetFlag(FLAGS_dependent_launch)},
-                  {"attention_tile_rows", absl::GetFlag(FLAGS_attention_tile_rows)}});
+                  {"attention_tile_rows", absl::GetFlag(FLAGS_attention_tile_rows)},
+                  {"attention_dependent_launch", absl::GetFlag(FLAGS_attention_dependent_launch)}});
   return absl::OkStatus();
 }
 

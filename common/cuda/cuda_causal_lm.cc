@@ -146,6 +146,7 @@ absl::Status CudaCausalLm::Init(const CudaLmOptions& cuda,
   o.cuda_graphs = cuda.cuda_graphs;
   o.gemm = cuda.gemm;
   o.attention_tile_rows = cuda.attention_tile_rows;
+  o.attention_dependent_launch = cuda.attention_dependent_launch;
   for (int r = 0; r < tp; ++r) {
     o.device = devices_[r];
     o.rank = r;

@@ -55,6 +55,8 @@ struct CudaLmOptions {
   GemmOptions gemm;
   // Tree attention's query rows per CTA: 0 = per launch (AutoTileRows), or 64 / 128.
   int attention_tile_rows = 0;
+  // The tree attention as a programmatic dependent launch (TreeAttentionOptions).
+  bool attention_dependent_launch = true;
 };
 
 // Builds the model from full fp32 host weights (each rank converts its slice to bf16 on its

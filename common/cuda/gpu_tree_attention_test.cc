@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "common/cuda/cuda_test_util.h"
+#include "common/cuda/kv_write.h"
 #include "common/cuda/paged_kv.h"
 #include "common/cuda/tree_attention.h"
 #include "common/model/kv_cache.h"
@@ -47,8 +48,11 @@ struct Shape {
 class TreeAttentionTest : public CudaTest {
  protected:
   // Runs the batch on the GPU and on the CPU and compares.
+  // through_kv_write: q and the tree nodes' K/V start poisoned on the GPU and are written by
+  // LaunchKvWrite (RoPE at angle 0: a plain copy) right before each attention launch, which
+  // is a programmatic dependent of it; every query must then be a tree node (first_query 0).
   void Check(const Shape& shape, const std::vector<SeqSpec>& specs, int min_split_tiles,
-             float q_scale = 1.0f) {
+             float q_scale = 1.0f, bool through_kv_write = false) {
     SCOPED_TRACE(absl::StrCat("seed ", Seed(), " heads ", shape.num_q_heads, "/",
                               shape.num_kv_heads, " d ", shape.head_dim, " page ", shape.page_size,
                               " min_split_tiles ", min_split_tiles));
@@ -94,8 +98,30 @@ class TreeAttentionTest : public CudaTest {
         }
       }
     }
-    ASSERT_CUDA(cudaMemcpy(layer.k, k_gpu.data(), pool_elems * 2, cudaMemcpyHostToDevice));
-    ASSERT_CUDA(cudaMemcpy(layer.v, v_gpu.data(), pool_elems * 2, cudaMemcpyHostToDevice));
+    // The rows LaunchKvWrite takes in through_kv_write mode: [q heads, k heads, v heads] of
+    // every node, with the node's K/V from the pool; then the pool's tree slots are poisoned.
+    std::vector<bf16> qkv_rows;
+    std::vector<int32_t> kv_slots;
+    if (through_kv_write) {
+      for (size_t b = 0; b < specs.size(); ++b) {
+        ASSERT_EQ(specs[b].first_query, 0) << "through_kv_write writes q for every node";
+        for (int n = 0; n < specs[b].num_nodes; ++n) {
+          const int slot = specs[b].prefix_len + n;
+          const int page = pages[b][slot / shape.page_size], off = slot % shape.page_size;
+          kv_slots.push_back(page * shape.page_size + off);
+        }
+      }
+    }
+    std::vector<bf16> k_live = k_gpu, v_live = v_gpu;
+    for (const int32_t slot : kv_slots) {
+      for (int h = 0; h < shape.num_kv_heads; ++h) {
+        const int64_t at = layer.Offset(slot / shape.page_size, h, slot % shape.page_size);
+        std::fill_n(k_live.begin() + at, d, FromBits(kPoisonBits));
+        std::fill_n(v_live.begin() + at, d, FromBits(kPoisonBits));
+      }
+    }
+    ASSERT_CUDA(cudaMemcpy(layer.k, k_live.data(), pool_elems * 2, cudaMemcpyHostToDevice));
+    ASSERT_CUDA(cudaMemcpy(layer.v, v_live.data(), pool_elems * 2, cudaMemcpyHostToDevice));
 
     // Trees: random parents (parents precede children), or chains.
     std::vector<std::vector<uint64_t>> masks(specs.size());
@@ -117,6 +143,17 @@ class TreeAttentionTest : public CudaTest {
     }
     const size_t row_elems = static_cast<size_t>(shape.num_q_heads) * d;
     const Bf16Data q = RandomBf16(rng_, rows * row_elems, q_scale);
+    for (size_t r = 0; r < kv_slots.size(); ++r) {
+      qkv_rows.insert(qkv_rows.end(), q.bf.begin() + r * row_elems,
+                      q.bf.begin() + (r + 1) * row_elems);
+      for (const std::vector<bf16>* pool : {&k_gpu, &v_gpu}) {
+        for (int h = 0; h < shape.num_kv_heads; ++h) {
+          const int64_t at =
+              layer.Offset(kv_slots[r] / shape.page_size, h, kv_slots[r] % shape.page_size);
+          qkv_rows.insert(qkv_rows.end(), pool->begin() + at, pool->begin() + at + d);
+        }
+      }
+    }
 
     // CPU reference, sequence by sequence.
     std::vector<int> kv_head_of_q(shape.num_q_heads);
@@ -156,14 +193,32 @@ class TreeAttentionTest : public CudaTest {
       ASSERT_OK(attention->Prepare(descs, stream_));
       ASSERT_EQ(attention->plan().num_query_rows, rows);
       ASSERT_EQ(attention->plan().tile_rows, tile_rows);
-      ASSERT_OK_AND_ASSIGN(auto d_q, Upload(q.bf));
+      ASSERT_OK_AND_ASSIGN(auto d_q, through_kv_write ? Poisoned(q.bf.size()) : Upload(q.bf));
       ASSERT_OK_AND_ASSIGN(auto d_out, Poisoned(rows * row_elems));
-      ASSERT_CUDA(attention->Run(layer, d_q.data(), d_out.data(), stream_));
+      // (one element when unused: buffers are never empty)
+      ASSERT_OK_AND_ASSIGN(auto d_qkv, Upload(qkv_rows.empty() ? std::vector<bf16>(1) : qkv_rows));
+      ASSERT_OK_AND_ASSIGN(auto d_slots,
+                           Upload(kv_slots.empty() ? std::vector<int32_t>(1) : kv_slots));
+      ASSERT_OK_AND_ASSIGN(auto d_zeros, Upload(std::vector<int32_t>(kv_slots.size() + d, 0)));
+      auto run = [&] {
+        if (through_kv_write) {  // poisoned q and tree slots, then the writer, then attention
+          ASSERT_CUDA(cudaMemcpy(layer.k, k_live.data(), pool_elems * 2, cudaMemcpyHostToDevice));
+          ASSERT_CUDA(cudaMemcpy(layer.v, v_live.data(), pool_elems * 2, cudaMemcpyHostToDevice));
+          ASSERT_CUDA(cudaMemset(d_q.data(), 0xFF, q.bf.size() * sizeof(bf16)));
+          // Positions 0 and inverse frequencies 0 (the same zero words): RoPE is the identity.
+          ASSERT_CUDA(LaunchKvWrite(d_qkv.data(), static_cast<int>(kv_slots.size()),
+                                    shape.num_q_heads, shape.num_kv_heads, d, d_zeros.data(),
+                                    d_slots.data(), reinterpret_cast<const float*>(d_zeros.data()),
+                                    1.0f, nullptr, nullptr, 1e-6f, d_q.data(), layer, stream_));
+        }
+        ASSERT_CUDA(attention->Run(layer, d_q.data(), d_out.data(), stream_));
+      };
+      run();
       ASSERT_OK_AND_ASSIGN(const std::vector<bf16> got, Download(d_out));
       ExpectGuardIntact(got, rows * row_elems);
 
       // A second launch must give the same bits (split semaphores were reset).
-      ASSERT_CUDA(attention->Run(layer, d_q.data(), d_out.data(), stream_));
+      run();
       ASSERT_OK_AND_ASSIGN(const std::vector<bf16> again, Download(d_out));
 
       double err2 = 0, ref2 = 0;
@@ -227,6 +282,16 @@ TEST_F(TreeAttentionTest, OtherHeadDimsPagesAndGqa) {
        {Shape{8, 4, 2, 0, 32, 16}, Shape{16, 2, 8, 0, 64, 32}, Shape{28, 4, 7, 0, 128, 16},
         Shape{4, 4, 1, 0, 64, 16}, Shape{5, 2, 4, 2, 128, 16}}) {
     Check(shape, {{0, 17}, {300, 64}, {1, 3}, {130, 255}}, 1);
+  }
+}
+
+TEST_F(TreeAttentionTest, DependentLaunchReadsTheKvWritersOutput) {
+  // q and the trees' K/V come from the RoPE + K/V write kernel launched just before; the first
+  // key tile of each split is requested before griddepcontrol.wait only when it lies in the
+  // committed prefix. Short prefixes (first tile reaches the tree), long ones, both tile sizes.
+  for (int rep = 0; rep < 5; ++rep) {
+    SCOPED_TRACE(absl::StrCat("repetition ", rep));
+    Check(kLlama8B, {{0, 17}, {40, 3}, {1000 + 3, 17}, {4096, 64}, {64, 1}}, 1, 1.0f, true);
   }
 }
 

@@ -188,6 +188,7 @@ absl::Status ModelShard::Init(const TensorSource& source) {
   attn.limits.max_items = rows * hkv + 4096;
   attn.limits.max_partials = 4096;
   attn.tile_rows = options_.attention_tile_rows;
+  attn.dependent_launch = options_.attention_dependent_launch;
   ASSIGN_OR_RETURN(attention_, TreeAttention::Create(attn));
 
   const size_t r = static_cast<size_t>(rows);

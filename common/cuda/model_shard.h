@@ -74,7 +74,8 @@ struct ShardOptions {
   // past the real ones compute on a scratch KV slot and are ignored).
   bool cuda_graphs = true;
   GemmOptions gemm;
-  int attention_tile_rows = 0;  // TreeAttentionOptions::tile_rows
+  int attention_tile_rows = 0;             // TreeAttentionOptions::tile_rows
+  bool attention_dependent_launch = true;  // TreeAttentionOptions::dependent_launch
 };
 
 // Where the verify step's inputs lie in step_in() (byte offsets, set by the model).

@@ -34,19 +34,27 @@ cudaError_t ConfigureForHeadDim(int head_dim, int* ctas_per_sm) {
 }
 
 template <int kHeadDim, int kRows>
-cudaError_t Launch(const kernels::TreeAttentionArgs& args, int ctas, cudaStream_t stream) {
-  kernels::TreeAttentionKernel<kHeadDim, kRows>
-      <<<ctas, kernels::AttnThreads<kRows>(), kernels::AttnSharedBytes<kHeadDim, kRows>(),
-         stream>>>(args);
-  return cudaGetLastError();
+cudaError_t Launch(const kernels::TreeAttentionArgs& args, int ctas, bool dependent_launch,
+                   cudaStream_t stream) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(ctas);
+  config.blockDim = dim3(kernels::AttnThreads<kRows>());
+  config.dynamicSmemBytes = kernels::AttnSharedBytes<kHeadDim, kRows>();
+  config.stream = stream;
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = dependent_launch ? 1 : 0;
+  return cudaLaunchKernelEx(&config, &kernels::TreeAttentionKernel<kHeadDim, kRows>, args);
 }
 
 template <int kRows>
 cudaError_t LaunchForHeadDim(int head_dim, const kernels::TreeAttentionArgs& args, int ctas,
-                             cudaStream_t stream) {
-  return head_dim == 32   ? Launch<32, kRows>(args, ctas, stream)
-         : head_dim == 64 ? Launch<64, kRows>(args, ctas, stream)
-                          : Launch<128, kRows>(args, ctas, stream);
+                             bool dependent_launch, cudaStream_t stream) {
+  return head_dim == 32   ? Launch<32, kRows>(args, ctas, dependent_launch, stream)
+         : head_dim == 64 ? Launch<64, kRows>(args, ctas, dependent_launch, stream)
+                          : Launch<128, kRows>(args, ctas, dependent_launch, stream);
 }
 
 }  // namespace
@@ -195,8 +203,10 @@ cudaError_t TreeAttention::Run(const KvLayerView& layer, const __nv_bfloat16* q,
   args.scale_log2 = options_.scale * 1.4426950408889634f;
   const int ctas = std::max(static_cast<int>(plan_.items.size()), grid_capacity_);
   return plan_.tile_rows == kAttnMaxTileRows
-             ? LaunchForHeadDim<kAttnMaxTileRows>(options_.head_dim, args, ctas, stream)
-             : LaunchForHeadDim<kAttnSmallTileRows>(options_.head_dim, args, ctas, stream);
+             ? LaunchForHeadDim<kAttnMaxTileRows>(options_.head_dim, args, ctas,
+                                                  options_.dependent_launch, stream)
+             : LaunchForHeadDim<kAttnSmallTileRows>(options_.head_dim, args, ctas,
+                                                    options_.dependent_launch, stream);
 }
 
 }  // namespace treespec::gpu

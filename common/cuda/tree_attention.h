@@ -41,6 +41,10 @@ struct TreeAttentionOptions {
   int target_ctas_per_sm = 0;
   // Query rows per CTA: 64, 128, or 0 = per launch by AutoTileRows (tree_attention_plan.h).
   int tile_rows = 0;
+  // Launch as a programmatic dependent of the stream's previous kernel: the first K/V tile, when
+  // it lies wholly in the committed prefix, is requested while that kernel (RoPE + K/V write)
+  // finishes; q and the tree's slots are read after it (kernels/tree_attention.cuh).
+  bool dependent_launch = true;
 };
 
 class TreeAttention {

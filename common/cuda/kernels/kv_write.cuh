@@ -55,6 +55,7 @@ __global__ void KvWriteKernel(const __nv_bfloat16* __restrict__ qkv, int num_q_h
                               float attention_factor, const __nv_bfloat16* __restrict__ q_norm,
                               const __nv_bfloat16* __restrict__ k_norm, float eps,
                               __nv_bfloat16* __restrict__ q_out, KvLayerView layer) {
+  AllowDependentLaunch();           // the tree attention may start on the committed prefix's K/V
   extern __shared__ float table[];  // [2, head_dim / 2]: cos, sin
   const int half = head_dim / 2;
   const int row = blockIdx.x;

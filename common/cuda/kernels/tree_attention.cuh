@@ -134,20 +134,6 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
 
-  // Query tile: row r is node first_query + (row_begin + r) / heads_here, head
-  // q_head0 + (row_begin + r) % heads_here; rows past the end read zeros.
-  for (int idx = tid; idx < kRows * kChunks; idx += kAttnThreads) {
-    const int r = idx / kChunks, chunk = idx % kChunks;
-    const int tr = item.row_begin + r;
-    const bool valid = r < rows_here;
-    const int node_row = valid ? tr / heads_here : 0;  // query index within the sequence
-    const int head = q_head0 + (valid ? tr % heads_here : 0);
-    const __nv_bfloat16* src =
-        args.q + (static_cast<int64_t>(seq.q_row_begin + node_row) * args.num_q_heads + head) * D +
-        chunk * 8;
-    CpAsync16(SharedAddress(q_smem + SwizzledOffset<D>(r, chunk)), src, valid ? 16 : 0);
-  }
-
   // K/V tiles: the page ids of a tile are read one tile before its copies are issued, so the
   // page-table lookup never stalls the copy engine of the pipeline.
   const int num_key_tiles = (item.key_end - item.key_begin + kAttnTileKeys - 1) / kAttnTileKeys;
@@ -199,12 +185,36 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
       }
     }
   };
+  // Programmatic dependent launch: the plan, the page table and the committed prefix's K/V were
+  // written before the previous kernel (RoPE + K/V write) started, so the first tile streams in
+  // while it runs when it lies wholly in the prefix; q and the tree's K/V slots are read only
+  // after griddepcontrol.wait.
   int next_pages[kPageLoads];
+  fetch_pages(0, next_pages);
+  const bool first_tile_early =
+      num_key_tiles > 0 && min(item.key_end, item.key_begin + kAttnTileKeys) <= seq.prefix_len;
+  if (first_tile_early) issue_copies(0, next_pages);
+  WaitForPriorGrid();
+  // Query tile: row r is node first_query + (row_begin + r) / heads_here, head
+  // q_head0 + (row_begin + r) % heads_here; rows past the end read zeros.
+  for (int idx = tid; idx < kRows * kChunks; idx += kAttnThreads) {
+    const int r = idx / kChunks, chunk = idx % kChunks;
+    const int tr = item.row_begin + r;
+    const bool valid = r < rows_here;
+    const int node_row = valid ? tr / heads_here : 0;  // query index within the sequence
+    const int head = q_head0 + (valid ? tr % heads_here : 0);
+    const __nv_bfloat16* src =
+        args.q + (static_cast<int64_t>(seq.q_row_begin + node_row) * args.num_q_heads + head) * D +
+        chunk * 8;
+    CpAsync16(SharedAddress(q_smem + SwizzledOffset<D>(r, chunk)), src, valid ? 16 : 0);
+  }
+  if (!first_tile_early && num_key_tiles > 0) issue_copies(0, next_pages);
+  CpAsyncCommit();  // group 0: Q and the first tile
 #pragma unroll
-  for (int t = 0; t < kStages - 1; ++t) {
+  for (int t = 1; t < kStages - 1; ++t) {
     fetch_pages(t, next_pages);
     if (t < num_key_tiles) issue_copies(t, next_pages);
-    CpAsyncCommit();  // group t (group 0 also carries Q); empty past the last tile
+    CpAsyncCommit();  // group t; empty past the last tile
   }
   fetch_pages(kStages - 1, next_pages);
 
