@@ -21,8 +21,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "common/cuda/cuda_test_util.h"
-#include "common/cuda/kv_write.h"
 #include "common/cuda/paged_kv.h"
+#include "common/cuda/testing/delayed_copy.h"
 #include "common/cuda/tree_attention.h"
 #include "common/model/kv_cache.h"
 #include "common/model/tree_attention.h"
@@ -48,11 +48,11 @@ struct Shape {
 class TreeAttentionTest : public CudaTest {
  protected:
   // Runs the batch on the GPU and on the CPU and compares.
-  // through_kv_write: q and the tree nodes' K/V start poisoned on the GPU and are written by
-  // LaunchKvWrite (RoPE at angle 0: a plain copy) right before each attention launch, which
-  // is a programmatic dependent of it; every query must then be a tree node (first_query 0).
+  // late_writer: q and the tree nodes' K/V start poisoned on the GPU and are written by a kernel
+  // that lets the attention launch at once but writes only after 200 µs (the attention is a
+  // programmatic dependent of it, as of the RoPE + K/V write kernel in the model).
   void Check(const Shape& shape, const std::vector<SeqSpec>& specs, int min_split_tiles,
-             float q_scale = 1.0f, bool through_kv_write = false) {
+             float q_scale = 1.0f, bool late_writer = false) {
     SCOPED_TRACE(absl::StrCat("seed ", Seed(), " heads ", shape.num_q_heads, "/",
                               shape.num_kv_heads, " d ", shape.head_dim, " page ", shape.page_size,
                               " min_split_tiles ", min_split_tiles));
@@ -98,13 +98,10 @@ class TreeAttentionTest : public CudaTest {
         }
       }
     }
-    // The rows LaunchKvWrite takes in through_kv_write mode: [q heads, k heads, v heads] of
-    // every node, with the node's K/V from the pool; then the pool's tree slots are poisoned.
-    std::vector<bf16> qkv_rows;
+    // late_writer: the pool the attention starts from has every tree slot poisoned.
     std::vector<int32_t> kv_slots;
-    if (through_kv_write) {
+    if (late_writer) {
       for (size_t b = 0; b < specs.size(); ++b) {
-        ASSERT_EQ(specs[b].first_query, 0) << "through_kv_write writes q for every node";
         for (int n = 0; n < specs[b].num_nodes; ++n) {
           const int slot = specs[b].prefix_len + n;
           const int page = pages[b][slot / shape.page_size], off = slot % shape.page_size;
@@ -143,17 +140,6 @@ class TreeAttentionTest : public CudaTest {
     }
     const size_t row_elems = static_cast<size_t>(shape.num_q_heads) * d;
     const Bf16Data q = RandomBf16(rng_, rows * row_elems, q_scale);
-    for (size_t r = 0; r < kv_slots.size(); ++r) {
-      qkv_rows.insert(qkv_rows.end(), q.bf.begin() + r * row_elems,
-                      q.bf.begin() + (r + 1) * row_elems);
-      for (const std::vector<bf16>* pool : {&k_gpu, &v_gpu}) {
-        for (int h = 0; h < shape.num_kv_heads; ++h) {
-          const int64_t at =
-              layer.Offset(kv_slots[r] / shape.page_size, h, kv_slots[r] % shape.page_size);
-          qkv_rows.insert(qkv_rows.end(), pool->begin() + at, pool->begin() + at + d);
-        }
-      }
-    }
 
     // CPU reference, sequence by sequence.
     std::vector<int> kv_head_of_q(shape.num_q_heads);
@@ -193,23 +179,21 @@ class TreeAttentionTest : public CudaTest {
       ASSERT_OK(attention->Prepare(descs, stream_));
       ASSERT_EQ(attention->plan().num_query_rows, rows);
       ASSERT_EQ(attention->plan().tile_rows, tile_rows);
-      ASSERT_OK_AND_ASSIGN(auto d_q, through_kv_write ? Poisoned(q.bf.size()) : Upload(q.bf));
+      ASSERT_OK_AND_ASSIGN(auto d_q, late_writer ? Poisoned(q.bf.size()) : Upload(q.bf));
       ASSERT_OK_AND_ASSIGN(auto d_out, Poisoned(rows * row_elems));
-      // (one element when unused: buffers are never empty)
-      ASSERT_OK_AND_ASSIGN(auto d_qkv, Upload(qkv_rows.empty() ? std::vector<bf16>(1) : qkv_rows));
-      ASSERT_OK_AND_ASSIGN(auto d_slots,
-                           Upload(kv_slots.empty() ? std::vector<int32_t>(1) : kv_slots));
-      ASSERT_OK_AND_ASSIGN(auto d_zeros, Upload(std::vector<int32_t>(kv_slots.size() + d, 0)));
+      // What the late writer copies in: q and the pools with their tree slots.
+      ASSERT_OK_AND_ASSIGN(auto d_q_final, Upload(q.bf));
+      ASSERT_OK_AND_ASSIGN(auto d_k_final, Upload(k_gpu));
+      ASSERT_OK_AND_ASSIGN(auto d_v_final, Upload(v_gpu));
       auto run = [&] {
-        if (through_kv_write) {  // poisoned q and tree slots, then the writer, then attention
+        if (late_writer) {  // poisoned q and tree slots, then the writer, then attention
           ASSERT_CUDA(cudaMemcpy(layer.k, k_live.data(), pool_elems * 2, cudaMemcpyHostToDevice));
           ASSERT_CUDA(cudaMemcpy(layer.v, v_live.data(), pool_elems * 2, cudaMemcpyHostToDevice));
           ASSERT_CUDA(cudaMemset(d_q.data(), 0xFF, q.bf.size() * sizeof(bf16)));
-          // Positions 0 and inverse frequencies 0 (the same zero words): RoPE is the identity.
-          ASSERT_CUDA(LaunchKvWrite(d_qkv.data(), static_cast<int>(kv_slots.size()),
-                                    shape.num_q_heads, shape.num_kv_heads, d, d_zeros.data(),
-                                    d_slots.data(), reinterpret_cast<const float*>(d_zeros.data()),
-                                    1.0f, nullptr, nullptr, 1e-6f, d_q.data(), layer, stream_));
+          const CopyRange ranges[] = {{d_q.data(), d_q_final.data(), q.bf.size() * 2},
+                                      {layer.k, d_k_final.data(), pool_elems * 2},
+                                      {layer.v, d_v_final.data(), pool_elems * 2}};
+          ASSERT_CUDA(LaunchDelayedCopy(ranges, /*delay_us=*/200, stream_));
         }
         ASSERT_CUDA(attention->Run(layer, d_q.data(), d_out.data(), stream_));
       };
@@ -285,14 +269,14 @@ TEST_F(TreeAttentionTest, OtherHeadDimsPagesAndGqa) {
   }
 }
 
-TEST_F(TreeAttentionTest, DependentLaunchReadsTheKvWritersOutput) {
-  // q and the trees' K/V come from the RoPE + K/V write kernel launched just before; the first
-  // key tile of each split is requested before griddepcontrol.wait only when it lies in the
-  // committed prefix. Short prefixes (first tile reaches the tree), long ones, both tile sizes.
-  for (int rep = 0; rep < 5; ++rep) {
-    SCOPED_TRACE(absl::StrCat("repetition ", rep));
-    Check(kLlama8B, {{0, 17}, {40, 3}, {1000 + 3, 17}, {4096, 64}, {64, 1}}, 1, 1.0f, true);
-  }
+TEST_F(TreeAttentionTest, DependentLaunchWaitsForTheWriterOfQAndTreeSlots) {
+  // q and the trees' K/V come from the kernel launched just before, 200 µs after the attention
+  // may start; the first key tile of a split is requested before griddepcontrol.wait only when
+  // it lies in the committed prefix. Short prefixes (the first tile reaches the tree), long
+  // ones, a query range that starts inside the tree, both tile sizes. (On an H200, a kernel that
+  // took every first tile early failed this test.)
+  Check(kLlama8B, {{0, 17}, {40, 3}, {1000 + 3, 17}, {4096, 64}, {64, 1}, {130, 20, 5}}, 1, 1.0f,
+        true);
 }
 
 TEST_F(TreeAttentionTest, BadBatchesAreRefusedWithAReason) {
