@@ -20,6 +20,7 @@
 #include "common/metrics/metrics_http_server.h"
 #include "common/model/causal_lm.h"
 #include "common/rpc/connection_age.h"
+#include "common/rpc/tls.h"
 #include "common/util/log.h"
 #include "common/util/shutdown_signal.h"
 #include "common/util/status_macros.h"
@@ -57,6 +58,10 @@ ABSL_FLAG(int, max_connection_age_s, 300,
           "connections older than this are closed (their running sessions get --drain_seconds "
           "to end), so verifiers re-resolve the drafter pool's name and find added drafters; "
           "0 = never");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve TLS (with --tls_key)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA: verifiers must present a certificate it signed (mutual TLS; needs --tls_cert)");
 ABSL_FLAG(int, metrics_port, 0,
           "HTTP port of the Prometheus /metrics endpoint on --host; 0 picks a free one (printed "
           "as 'metrics on HOST:PORT'), -1 turns it off");
@@ -177,11 +182,15 @@ absl::Status Run() {
   DrafterService service(options, std::move(ngram), std::move(draft_model), &metrics);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  ASSIGN_OR_RETURN(auto credentials,
+                   MakeServerCredentials({.cert = absl::GetFlag(FLAGS_tls_cert),
+                                          .key = absl::GetFlag(FLAGS_tls_key),
+                                          .ca = absl::GetFlag(FLAGS_tls_client_ca),
+                                          .ca_flag = "--tls_client_ca"}));
   grpc::ServerBuilder builder;
   const std::string host = absl::GetFlag(FLAGS_host);
   int port = 0;
-  builder.AddListeningPort(absl::StrCat(host, ":", absl::GetFlag(FLAGS_port)),
-                           grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(absl::StrCat(host, ":", absl::GetFlag(FLAGS_port)), credentials, &port);
   builder.RegisterService(&service);
   SetMaxConnectionAge(builder, max_connection_age_s, drain_seconds);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

@@ -170,9 +170,10 @@ class GrpcDraftStream final : public DraftStream {
 // Sessions go round-robin over every address the target resolves to (a headless Service's pods
 // through dns:///), skipping those whose grpc.health.v1 status is not SERVING (a draining or
 // loading drafter); each session is one stream, so it stays on the replica that opened it.
-GrpcDraftSource::GrpcDraftSource(const std::string& target)
+GrpcDraftSource::GrpcDraftSource(const std::string& target,
+                                 std::shared_ptr<grpc::ChannelCredentials> credentials)
     : target_(target),
-      channel_(HealthCheckedChannel(target)),
+      channel_(HealthCheckedChannel(target, std::move(credentials))),
       stub_(v1::Drafter::NewStub(channel_)) {}
 
 std::unique_ptr<DraftStream> GrpcDraftSource::Open(const DraftOpenParams& params,

@@ -4,6 +4,7 @@
 #define TREESPEC_VERIFIER_SERVICE_DRAFTER_CLIENT_H_
 
 #include <grpcpp/channel.h>
+#include <grpcpp/security/credentials.h>
 
 #include <atomic>
 #include <memory>
@@ -20,7 +21,9 @@ class GrpcDraftSource final : public DraftSource {
   // `target` is any gRPC target ("127.0.0.1:50061", "dns:///drafter:50061", "ipv4:a:p,b:q").
   // Sessions are spread round-robin over the addresses it resolves to that report SERVING on
   // grpc.health.v1, so adding drafter replicas behind a headless Service spreads the load.
-  explicit GrpcDraftSource(const std::string& target);
+  // `credentials`: plaintext when null (tls.h makes TLS ones).
+  explicit GrpcDraftSource(const std::string& target,
+                           std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 
   std::unique_ptr<DraftStream> Open(const DraftOpenParams& params,
                                     std::function<void()> on_arrival) override;

@@ -21,6 +21,7 @@
 #include "common/metrics/metrics_http_server.h"
 #include "common/model/causal_lm.h"
 #include "common/rpc/connection_age.h"
+#include "common/rpc/tls.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/log.h"
 #include "common/util/shutdown_signal.h"
@@ -59,6 +60,16 @@ ABSL_FLAG(int, metrics_port, 0,
 ABSL_FLAG(int, max_connection_age_s, 300,
           "close client connections after this long (clients re-resolve and spread over new "
           "replicas); 0: never");
+
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve TLS (with --tls_key)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA: clients must present a certificate it signed (mutual TLS; needs --tls_cert)");
+ABSL_FLAG(std::string, drafter_tls_ca, "",
+          "PEM CA that signed the drafters' certificates: reach them over TLS");
+ABSL_FLAG(std::string, drafter_tls_cert, "",
+          "PEM client certificate for drafters that require one (with --drafter_tls_key)");
+ABSL_FLAG(std::string, drafter_tls_key, "", "PEM private key of --drafter_tls_cert");
 
 namespace {
 
@@ -101,7 +112,16 @@ absl::StatusOr<Loaded> Load(const treespec::EngineOptions& opts) {
     TS_LOG(kWarning, "no tokenizer: serving token ids only");
   }
   if (!absl::GetFlag(FLAGS_drafter).empty()) {
-    l.drafts = std::make_unique<treespec::GrpcDraftSource>(absl::GetFlag(FLAGS_drafter));
+    auto credentials =
+        treespec::MakeChannelCredentials({.cert = absl::GetFlag(FLAGS_drafter_tls_cert),
+                                          .key = absl::GetFlag(FLAGS_drafter_tls_key),
+                                          .ca = absl::GetFlag(FLAGS_drafter_tls_ca),
+                                          .cert_flag = "--drafter_tls_cert",
+                                          .key_flag = "--drafter_tls_key",
+                                          .ca_flag = "--drafter_tls_ca"});
+    if (!credentials.ok()) return credentials.status();
+    l.drafts = std::make_unique<treespec::GrpcDraftSource>(absl::GetFlag(FLAGS_drafter),
+                                                           *std::move(credentials));
   }
   l.engine =
       std::make_unique<treespec::Engine>(l.model.get(), l.tokenizer.get(), l.drafts.get(), opts);
@@ -141,11 +161,19 @@ int main(int argc, char** argv) {
   treespec::GenerationService service;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  auto credentials = treespec::MakeServerCredentials({.cert = absl::GetFlag(FLAGS_tls_cert),
+                                                      .key = absl::GetFlag(FLAGS_tls_key),
+                                                      .ca = absl::GetFlag(FLAGS_tls_client_ca),
+                                                      .ca_flag = "--tls_client_ca"});
+  if (!credentials.ok()) {
+    TS_LOG(kError, "%s", std::string(credentials.status().message()));
+    return 2;
+  }
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(
-      absl::GetFlag(FLAGS_host) + ":" + std::to_string(absl::GetFlag(FLAGS_port)),
-      grpc::InsecureServerCredentials(), &port);
+      absl::GetFlag(FLAGS_host) + ":" + std::to_string(absl::GetFlag(FLAGS_port)), *credentials,
+      &port);
   builder.RegisterService(&service);
   // A connection past its age may finish its calls for as long as a drain would.
   treespec::SetMaxConnectionAge(builder, absl::GetFlag(FLAGS_max_connection_age_s),

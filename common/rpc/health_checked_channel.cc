@@ -6,11 +6,13 @@
 
 namespace treespec {
 
-std::shared_ptr<grpc::Channel> HealthCheckedChannel(const std::string& target) {
+std::shared_ptr<grpc::Channel> HealthCheckedChannel(
+    const std::string& target, std::shared_ptr<grpc::ChannelCredentials> credentials) {
   grpc::ChannelArguments args;
   args.SetServiceConfigJSON(
       R"({"loadBalancingConfig": [{"round_robin": {}}], "healthCheckConfig": {"serviceName": ""}})");
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(
+      target, credentials != nullptr ? credentials : grpc::InsecureChannelCredentials(), args);
 }
 
 }  // namespace treespec

@@ -6,16 +6,19 @@
 #define TREESPEC_COMMON_RPC_HEALTH_CHECKED_CHANNEL_H_
 
 #include <grpcpp/channel.h>
+#include <grpcpp/security/credentials.h>
 
 #include <memory>
 #include <string>
 
 namespace treespec {
 
-// An insecure channel to `target` ("host:port", "dns:///name:port", "ipv4:a:p,b:q") with
-// round_robin and health checking. With no healthy address its state is TRANSIENT_FAILURE and
-// calls without wait_for_ready fail at once with UNAVAILABLE.
-std::shared_ptr<grpc::Channel> HealthCheckedChannel(const std::string& target);
+// A channel to `target` ("host:port", "dns:///name:port", "ipv4:a:p,b:q") with round_robin and
+// health checking, plaintext unless `credentials` say otherwise (tls.h). With no healthy
+// address its state is TRANSIENT_FAILURE and calls without wait_for_ready fail at once with
+// UNAVAILABLE.
+std::shared_ptr<grpc::Channel> HealthCheckedChannel(
+    const std::string& target, std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 
 }  // namespace treespec
 

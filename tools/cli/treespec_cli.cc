@@ -28,9 +28,13 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/rpc/tls.h"
 #include "treespec/v1/generation.grpc.pb.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "verifier address");
+ABSL_FLAG(std::string, tls_ca, "", "PEM CA that signed the verifier's certificate: use TLS");
+ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate (mutual TLS, with --tls_key)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, prompt, "", "prompt text");
 ABSL_FLAG(std::string, prompt_ids, "", "prompt as comma-separated token ids");
 ABSL_FLAG(std::string, prompts_file, "", "JSONL file of {\"text\": ...} prompts");
@@ -336,8 +340,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string command = args[1];
-  auto channel =
-      grpc::CreateChannel(absl::GetFlag(FLAGS_target), grpc::InsecureChannelCredentials());
+  auto credentials = treespec::MakeChannelCredentials({.cert = absl::GetFlag(FLAGS_tls_cert),
+                                                       .key = absl::GetFlag(FLAGS_tls_key),
+                                                       .ca = absl::GetFlag(FLAGS_tls_ca)});
+  if (!credentials.ok()) {
+    std::cerr << credentials.status().message() << "\n";
+    return 2;
+  }
+  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_target), *credentials);
   auto stub = v1::Generation::NewStub(channel);
   if (command == "info") return Info(stub.get());
   if (command != "generate") {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/rpc/tls.h"
 #include "common/util/status_macros.h"
 #include "tools/loadgen/arrivals.h"
 #include "tools/loadgen/dataset.h"
@@ -127,7 +128,9 @@ absl::StatusOr<BenchmarkOutcome> RunBenchmark(const RunConfig& c) {
   if (c.dataset == DatasetKind::kJsonl) {
     ASSIGN_OR_RETURN(prompts, LoadJsonlDataset(c.dataset_path, c.num_prompts, c.jsonl_output_len));
   }
-  Driver driver(c.targets);
+  ASSIGN_OR_RETURN(auto credentials,
+                   MakeChannelCredentials({.cert = c.tls_cert, .key = c.tls_key, .ca = c.tls_ca}));
+  Driver driver(c.targets, std::move(credentials));
   ASSIGN_OR_RETURN(const std::vector<v1::ModelInfo> infos,
                    driver.ModelInfos(absl::Seconds(c.connect_timeout_s)));
   ASSIGN_OR_RETURN(const v1::ModelInfo model, CommonModel(c.targets, infos));

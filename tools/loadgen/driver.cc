@@ -140,9 +140,11 @@ class Driver::Call final : public grpc::ClientReadReactor<v1::GenerateResponse> 
   std::string finish_reason_;  // set by the final message
 };
 
-Driver::Driver(std::vector<std::string> targets) : targets_(std::move(targets)) {
+Driver::Driver(std::vector<std::string> targets,
+               std::shared_ptr<grpc::ChannelCredentials> credentials)
+    : targets_(std::move(targets)) {
   for (const std::string& target : targets_) {
-    channels_.push_back(HealthCheckedChannel(target));
+    channels_.push_back(HealthCheckedChannel(target, credentials));
     stubs_.push_back(v1::Generation::NewStub(channels_.back()));
   }
 }

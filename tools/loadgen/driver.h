@@ -48,7 +48,9 @@ struct RunResult {
 
 class Driver {
  public:
-  explicit Driver(std::vector<std::string> targets);
+  // `credentials`: plaintext when null.
+  explicit Driver(std::vector<std::string> targets,
+                  std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
   ~Driver();
   Driver(const Driver&) = delete;
   Driver& operator=(const Driver&) = delete;

@@ -26,6 +26,9 @@
 
 ABSL_FLAG(std::vector<std::string>, target, {"127.0.0.1:50051"},
           "verifier addresses (gRPC targets), comma-separated; requests go round-robin over them");
+ABSL_FLAG(std::string, tls_ca, "", "PEM CA that signed the verifiers' certificates: use TLS");
+ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate (mutual TLS, with --tls_key)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, dataset_name, "",
           "random or jsonl; empty = jsonl when --dataset_path is set, else random");
 ABSL_FLAG(std::string, dataset_path, "",
@@ -81,6 +84,9 @@ absl::StatusOr<RunConfig> ConfigFromFlags() {
   namespace lg = treespec::loadgen;
   RunConfig c;
   c.targets = absl::GetFlag(FLAGS_target);
+  c.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  c.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  c.tls_key = absl::GetFlag(FLAGS_tls_key);
   ASSIGN_OR_RETURN(c.dataset, lg::ParseDatasetKind(absl::GetFlag(FLAGS_dataset_name),
                                                    absl::GetFlag(FLAGS_dataset_path)));
   c.dataset_path = absl::GetFlag(FLAGS_dataset_path);

@@ -35,6 +35,9 @@ struct RequestOptions {
 struct RunConfig {
   // Where: verifier addresses (gRPC targets), requests go round-robin over them.
   std::vector<std::string> targets;
+  // TLS to the verifiers (PEM files; empty ca = plaintext): ca checks their certificate, cert and
+  // key are the client's for mutual TLS.
+  std::string tls_ca, tls_cert, tls_key;
   // What: the dataset.
   DatasetKind dataset = DatasetKind::kRandom;
   std::string dataset_path;  // JSONL
