@@ -53,13 +53,18 @@ Outcome Generate(v1::Generation::Stub* stub, const std::string& text, v1::Specul
   return testing::Generate(stub, TextRequest(text, mode, max_new));
 }
 
+// Both services drain for up to this long: room for a request to finish under a sanitizer
+// build (tools/sanitize.sh), where the CPU model runs several times slower.
+constexpr int kDrainSeconds = 120;
+
 class E2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
     logs_ = TempDir();
     drafter_ = std::make_unique<ChildProcess>(
         std::vector<std::string>{kBin + "/treespec-drafter", "--port=0",
-                                 "--draft_model=" + kRoot + "/models/tiny-draft"},
+                                 "--draft_model=" + kRoot + "/models/tiny-draft",
+                                 absl::StrCat("--drain_seconds=", kDrainSeconds)},
         logs_ + "/drafter.log");
     const std::string drafter_metrics = drafter_->WaitForLine("metrics on", 60);
     ASSERT_FALSE(drafter_metrics.empty()) << drafter_->Stderr();
@@ -69,7 +74,8 @@ class E2eTest : public ::testing::Test {
     verifier_ = std::make_unique<ChildProcess>(
         std::vector<std::string>{kBin + "/treespec-verifier", "--port=0",
                                  "--model=" + kRoot + "/models/tiny-target",
-                                 "--drafter=" + drafter_addr_, "--draft_timeout_ms=200"},
+                                 "--drafter=" + drafter_addr_, "--draft_timeout_ms=200",
+                                 absl::StrCat("--drain_seconds=", kDrainSeconds)},
         logs_ + "/verifier.log");
     // "treespec-verifier metrics on HOST:PORT" comes first, then the listening line.
     const std::string metrics = verifier_->WaitForLine("metrics on", 60);
@@ -176,7 +182,7 @@ double Metric(int port, const std::string& name) {
 // there (a new request runs without drafts, same output), while the session of the request
 // already running keeps getting trees until that request ends; then the drafter exits 0.
 TEST_F(E2eTest, DrafterSigtermKeepsDraftingRunningSessions) {
-  constexpr int kMaxNew = 600;
+  constexpr int kMaxNew = 200;
   grpc::ClientContext ctx;
   auto reader = stub_->Generate(&ctx, TextRequest(kPrompts[0], v1::SPECULATION_MODE_AUTO, kMaxNew));
   v1::GenerateResponse response;
@@ -199,7 +205,7 @@ TEST_F(E2eTest, DrafterSigtermKeepsDraftingRunningSessions) {
   while (reader->Read(&response)) tokens += response.token_ids_size();
   ASSERT_TRUE(reader->Finish().ok());
   EXPECT_EQ(tokens, kMaxNew);
-  EXPECT_EQ(drafter_->Wait(30), 0) << drafter_->Stderr();
+  EXPECT_EQ(drafter_->Wait(kDrainSeconds + 30), 0) << drafter_->Stderr();
   EXPECT_THAT(drafter_->Stderr(), HasSubstr("draining 1 sessions"));
   EXPECT_THAT(drafter_->Stderr(), HasSubstr("shutting down: drained"));
 }
@@ -207,7 +213,7 @@ TEST_F(E2eTest, DrafterSigtermKeepsDraftingRunningSessions) {
 // SIGTERM drains the verifier: its health goes NOT_SERVING, a new request gets UNAVAILABLE
 // (naming the drain), the request already streaming runs to its end, and the process exits 0.
 TEST_F(E2eTest, SigtermDrainsRunningRequests) {
-  constexpr int kMaxNew = 600;
+  constexpr int kMaxNew = 200;
   grpc::ClientContext ctx;
   auto reader = stub_->Generate(&ctx, TextRequest(kPrompts[0], v1::SPECULATION_MODE_AUTO, kMaxNew));
   v1::GenerateResponse response;
@@ -230,7 +236,7 @@ TEST_F(E2eTest, SigtermDrainsRunningRequests) {
   EXPECT_GT(after_signal, 0) << "the request ended before the signal: nothing was drained";
   EXPECT_EQ(tokens, kMaxNew);
   EXPECT_EQ(response.finish_reason(), v1::FINISH_REASON_LENGTH);
-  EXPECT_EQ(verifier_->Wait(60), 0) << verifier_->Stderr();
+  EXPECT_EQ(verifier_->Wait(kDrainSeconds + 30), 0) << verifier_->Stderr();
 }
 
 TEST_F(E2eTest, ClientCancelFreesKvPages) {
