@@ -9,15 +9,22 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:?usage: tools/sanitize.sh address|thread [ctest args]}
 shift
+targets=()  # everything
 case "$mode" in
   address)
     # Every CPU test; the GPU ones skip themselves (the build has no CUDA anyway).
     tests=(-LE "gpu|deploy")
     ;;
   thread)
-    # The engine's threads (batching loop, rank threads, in-process communicator, drafter
-    # client and worker pool) without gRPC's uninstrumented internals in the picture.
-    tests=(-R "^(engine_test|rank_threads_test|communicator_test|cpu_causal_lm_test|output_processor_test|drafter_client_test|ngram_drafter_test|ddtree_test)$")
+    # The engine's threads (batching loop, rank threads, in-process communicator, the CPU
+    # model's tensor-parallel ranks); only these are built. Tests that run gRPC are left out:
+    # Debian's gRPC and Abseil are not built with ThreadSanitizer, and their internal
+    # synchronisation shows up as races (drafter_client_test: epoll_create1 vs epoll_wait in
+    # gRPC's poller, then absl::Mutex's deadlock graph).
+    names=(engine_test rank_threads_test communicator_test cpu_causal_lm_test
+      output_processor_test ngram_drafter_test ddtree_test)
+    tests=(-R "^($(IFS='|'; echo "${names[*]}"))$")
+    targets=(--target "${names[@]}")
     ;;
   *) echo "sanitize.sh: unknown mode '$mode' (address or thread)" >&2; exit 2 ;;
 esac
@@ -27,7 +34,7 @@ dir=build-$mode
 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Sanitize -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -g1" \
   -DCMAKE_C_FLAGS_SANITIZE="-O1 -g1" -DCMAKE_CUDA_COMPILER=NOTFOUND \
   -DTREESPEC_SANITIZE="$mode" >/dev/null
-cmake --build "$dir" -j"$(nproc)"
+cmake --build "$dir" -j"$(nproc)" "${targets[@]}"
 supp=$PWD/tools/sanitizers
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1
 export LSAN_OPTIONS=suppressions=$supp/lsan.supp:print_suppressions=0
