@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "common/cuda/dependent_launch.h"
 #include "common/cuda/kernels/skinny_gemm.cuh"
 #include "common/cuda/launch_util.h"
 #include "common/cuda/skinny_gemm.h"
@@ -18,17 +19,10 @@ cudaError_t Configure() {
 template <int kTok, bool kGated>
 cudaError_t Launch(const kernels::SkinnyGemmArgs& a, const SkinnyGemmShape& shape,
                    bool dependent_launch, cudaStream_t stream) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(shape.tiles, shape.splits);
-  config.blockDim = dim3(kernels::kSkinnyThreads);
-  config.dynamicSmemBytes = kernels::SkinnySharedBytes<kTok>();
-  config.stream = stream;
-  cudaLaunchAttribute attribute = {};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = dependent_launch ? 1 : 0;
-  return cudaLaunchKernelEx(&config, &kernels::SkinnyGemmKernel<kTok, kGated>, a);
+  return internal::LaunchMaybeDependent(
+      &kernels::SkinnyGemmKernel<kTok, kGated>, dim3(shape.tiles, shape.splits),
+      dim3(kernels::kSkinnyThreads), kernels::SkinnySharedBytes<kTok>(), dependent_launch, stream,
+      a);
 }
 
 template <bool kGated>

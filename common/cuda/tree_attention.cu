@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_check.h"
+#include "common/cuda/dependent_launch.h"
 #include "common/cuda/kernels/tree_attention.cuh"
 #include "common/cuda/tree_attention.h"
 
@@ -36,17 +37,10 @@ cudaError_t ConfigureForHeadDim(int head_dim, int* ctas_per_sm) {
 template <int kHeadDim, int kRows>
 cudaError_t Launch(const kernels::TreeAttentionArgs& args, int ctas, bool dependent_launch,
                    cudaStream_t stream) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(ctas);
-  config.blockDim = dim3(kernels::AttnThreads<kRows>());
-  config.dynamicSmemBytes = kernels::AttnSharedBytes<kHeadDim, kRows>();
-  config.stream = stream;
-  cudaLaunchAttribute attribute = {};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = dependent_launch ? 1 : 0;
-  return cudaLaunchKernelEx(&config, &kernels::TreeAttentionKernel<kHeadDim, kRows>, args);
+  return internal::LaunchMaybeDependent(&kernels::TreeAttentionKernel<kHeadDim, kRows>, dim3(ctas),
+                                        dim3(kernels::AttnThreads<kRows>()),
+                                        kernels::AttnSharedBytes<kHeadDim, kRows>(),
+                                        dependent_launch, stream, args);
 }
 
 template <int kRows>

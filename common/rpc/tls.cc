@@ -22,6 +22,18 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, const std::string& 
   return text.str();
 }
 
+// The PEM texts of the certificate chain and its private key.
+struct KeyAndCert {
+  std::string key, cert;
+};
+absl::StatusOr<KeyAndCert> ReadKeyAndCert(const TlsFiles& f) {
+  absl::StatusOr<std::string> key = ReadPem(f.key, f.key_flag);
+  if (!key.ok()) return key.status();
+  absl::StatusOr<std::string> cert = ReadPem(f.cert, f.cert_flag);
+  if (!cert.ok()) return cert.status();
+  return KeyAndCert{*std::move(key), *std::move(cert)};
+}
+
 absl::Status CheckPair(const TlsFiles& f) {
   if (f.cert.empty() != f.key.empty()) {
     return absl::InvalidArgumentError(
@@ -45,14 +57,9 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(c
   grpc::SslServerCredentialsOptions options(
       f.ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
                    : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-  absl::StatusOr<std::string> key = ReadPem(f.key, f.key_flag);
-  if (!key.ok()) return key.status();
-  absl::StatusOr<std::string> cert = ReadPem(f.cert, f.cert_flag);
-  if (!cert.ok()) return cert.status();
-  pair.private_key = *std::move(key);
-  pair.cert_chain = *std::move(cert);
-  options.pem_key_cert_pairs.push_back(std::move(pair));
+  absl::StatusOr<KeyAndCert> pem = ReadKeyAndCert(f);
+  if (!pem.ok()) return pem.status();
+  options.pem_key_cert_pairs.push_back({std::move(pem->key), std::move(pem->cert)});
   if (!f.ca.empty()) {
     absl::StatusOr<std::string> ca = ReadPem(f.ca, f.ca_flag);
     if (!ca.ok()) return ca.status();
@@ -77,12 +84,10 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials
   if (!ca.ok()) return ca.status();
   options.pem_root_certs = *std::move(ca);
   if (!f.cert.empty()) {
-    absl::StatusOr<std::string> key = ReadPem(f.key, f.key_flag);
-    if (!key.ok()) return key.status();
-    absl::StatusOr<std::string> cert = ReadPem(f.cert, f.cert_flag);
-    if (!cert.ok()) return cert.status();
-    options.pem_private_key = *std::move(key);
-    options.pem_cert_chain = *std::move(cert);
+    absl::StatusOr<KeyAndCert> pem = ReadKeyAndCert(f);
+    if (!pem.ok()) return pem.status();
+    options.pem_private_key = std::move(pem->key);
+    options.pem_cert_chain = std::move(pem->cert);
   }
   return grpc::SslCredentials(options);
 }
