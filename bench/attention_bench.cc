@@ -7,8 +7,9 @@
 //
 // Per point: every sequence has `context` committed tokens plus a random tree of `nodes`
 // nodes (parents drawn among earlier nodes), its pages in shuffled order. Each repetition
-// first overwrites a buffer larger than L2, then times one launch with CUDA events (the K/V
-// of a real step's layer is not in L2 either); the median and the minimum are reported.
+// first reads a buffer larger than L2 (bench/l2_flush.h), then times one launch with CUDA
+// events (the K/V of a real step's layer is not in L2 either); the median and the minimum are
+// reported.
 //   bytes = K and V of every attended slot (prefix + tree) + q + out
 //   FLOPs = 4 · q heads · head dim · Σ over nodes of the keys it attends (prefix + ancestors)
 //   floor = max(bytes / copy bandwidth, FLOPs / bf16 GEMM rate), both measured here first.
@@ -30,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "bench/gpu_ceilings.h"
+#include "bench/l2_flush.h"
 #include "common/cuda/cuda_check.h"
 #include "common/cuda/device_buffer.h"
 #include "common/cuda/paged_kv.h"
@@ -51,20 +53,21 @@ ABSL_FLAG(int, min_split_tiles, 1, "TreeAttentionOptions::min_split_tiles");
 ABSL_FLAG(int, ctas_per_sm, 0, "TreeAttentionOptions::target_ctas_per_sm (0: all resident)");
 ABSL_FLAG(std::vector<std::string>, tile_rows, std::vector<std::string>({"0"}),
           "TreeAttentionOptions::tile_rows to run, each point once per value (0: automatic)");
+ABSL_FLAG(bool, dirty_flush, false,
+          "empty L2 between launches with a cudaMemset (dirty lines) instead of a read");
 ABSL_FLAG(std::string, json, "", "also write the results here");
 
 namespace treespec::gpu {
 namespace {
 
 constexpr int kPageSize = 16;
-constexpr size_t kFlushBytes = size_t{512} << 20;  // > L2 (50 MiB on H100/H200)
 
 struct Case {
   int context, nodes, batch, tile_rows;
 };
 
-absl::StatusOr<nlohmann::json> RunCase(const Case& c, const GpuCeilings& ceilings,
-                                       DeviceBuffer<unsigned char>& flush, cudaStream_t stream) {
+absl::StatusOr<nlohmann::json> RunCase(const Case& c, const GpuCeilings& ceilings, L2Flush& flush,
+                                       cudaStream_t stream) {
   const int q_heads = absl::GetFlag(FLAGS_q_heads), kv_heads = absl::GetFlag(FLAGS_kv_heads);
   const int d = absl::GetFlag(FLAGS_head_dim);
   const int pages_per_seq = (c.context + c.nodes + kPageSize - 1) / kPageSize;
@@ -122,7 +125,7 @@ absl::StatusOr<nlohmann::json> RunCase(const Case& c, const GpuCeilings& ceiling
   std::vector<double> times_us;
   const int reps = absl::GetFlag(FLAGS_reps);
   for (int r = 0; r < reps; ++r) {
-    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flush.data(), r & 0xff, flush.bytes(), stream));
+    RETURN_IF_ERROR(flush.Run(stream));
     CUDA_RETURN_IF_ERROR(cudaEventRecord(start, stream));
     CUDA_RETURN_IF_ERROR(attention->Run(layer, q.data(), out.data(), stream));
     CUDA_RETURN_IF_ERROR(cudaEventRecord(stop, stream));
@@ -164,12 +167,12 @@ absl::Status Main() {
   cudaStream_t stream = nullptr;
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   ASSIGN_OR_RETURN(const GpuCeilings ceilings, MeasureGpuCeilings(stream));
-  ASSIGN_OR_RETURN(auto flush, DeviceBuffer<unsigned char>::Create(kFlushBytes));
+  ASSIGN_OR_RETURN(L2Flush flush, L2Flush::Create(absl::GetFlag(FLAGS_dirty_flush)));
   std::printf("%s: copy %.3g B/s, bf16 GEMM %.3g FLOP/s; %d q / %d kv heads, d %d, pages of %d\n",
               ceilings.device.c_str(), ceilings.copy_bandwidth, ceilings.bf16_gemm_rate,
               absl::GetFlag(FLAGS_q_heads), absl::GetFlag(FLAGS_kv_heads),
               absl::GetFlag(FLAGS_head_dim), kPageSize);
-  std::printf("%8s %6s %5s %4s %11s %11s %11s %7s %8s %6s\n", "context", "nodes", "batch", "tile",
+  std::printf("%8s %6s %5s %4s %11s %11s %11s %7s %8s %6s\n", "context", "nodes", "batch", "rows",
               "median_us", "floor_us", "ratio", "bound", "TB/s", "TF/s");
   nlohmann::json results = nlohmann::json::array();
   for (const std::string& b : absl::GetFlag(FLAGS_batches)) {
@@ -191,7 +194,8 @@ absl::Status Main() {
   }
   WriteBenchJson(absl::GetFlag(FLAGS_json), ceilings, results,
                  {{"min_split_tiles", absl::GetFlag(FLAGS_min_split_tiles)},
-                  {"ctas_per_sm", absl::GetFlag(FLAGS_ctas_per_sm)}});
+                  {"ctas_per_sm", absl::GetFlag(FLAGS_ctas_per_sm)},
+                  {"dirty_flush", absl::GetFlag(FLAGS_dirty_flush)}});
   return absl::OkStatus();
 }
 

@@ -9,8 +9,8 @@
 //   chain_us  = one GEMM's share of a chain of --chain back-to-back GEMMs, each through its own
 //               copy of the weights (more bytes than L2 holds), as the layers of a step run
 //               them: the median chain of --reps;
-//   single_us = one GEMM after overwriting a buffer larger than L2: the median of --reps;
-//   floor_us  = (w + x + y bytes) / copy bandwidth (measured here first).
+//   single_us = one GEMM after reading a buffer larger than L2 (bench/l2_flush.h): the median of
+//   --reps; floor_us  = (w + x + y bytes) / copy bandwidth (measured here first).
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "bench/gpu_ceilings.h"
+#include "bench/l2_flush.h"
 #include "common/cuda/cuda_check.h"
 #include "common/cuda/device_buffer.h"
 #include "common/cuda/gemm.h"
@@ -41,8 +42,7 @@ ABSL_FLAG(std::string, json, "", "also write the results here");
 namespace treespec::gpu {
 namespace {
 
-constexpr size_t kFlushBytes = size_t{512} << 20;  // > L2 (50 MiB on H100/H200)
-constexpr size_t kChainBytes = size_t{1} << 30;    // weight copies of a chain: >= 1 GiB
+constexpr size_t kChainBytes = size_t{1} << 30;  // weight copies of a chain: >= 1 GiB
 
 struct Shape {
   const char* name;
@@ -62,8 +62,8 @@ double Median(std::vector<double> v) {
 }
 
 absl::StatusOr<nlohmann::json> RunCase(const Shape& s, int rows, const Kernel& kernel,
-                                       const GpuCeilings& ceilings,
-                                       DeviceBuffer<unsigned char>& flush, cudaStream_t stream) {
+                                       const GpuCeilings& ceilings, L2Flush& flush,
+                                       cudaStream_t stream) {
   ASSIGN_OR_RETURN(std::unique_ptr<GemmRunner> gemm,
                    GemmRunner::Create(kDefaultGemmWorkspaceBytes, kernel.options));
   const size_t w_elems = static_cast<size_t>(s.n) * s.k;
@@ -101,7 +101,7 @@ absl::StatusOr<nlohmann::json> RunCase(const Shape& s, int rows, const Kernel& k
                    }));
   std::vector<double> singles;
   for (int r = 0; r < reps; ++r) {
-    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flush.data(), r & 0xff, flush.bytes(), stream));
+    RETURN_IF_ERROR(flush.Run(stream));
     ASSIGN_OR_RETURN(const std::vector<double> one,
                      TimeEnqueued(stream, 0, 1, [&]() { return run(r); }));
     singles.push_back(one[0]);
@@ -129,7 +129,7 @@ absl::Status Main() {
   cudaStream_t stream = nullptr;
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   ASSIGN_OR_RETURN(const GpuCeilings ceilings, MeasureGpuCeilings(stream));
-  ASSIGN_OR_RETURN(auto flush, DeviceBuffer<unsigned char>::Create(kFlushBytes));
+  ASSIGN_OR_RETURN(L2Flush flush, L2Flush::Create());
   // Llama-3-8B: hidden 4096, 32 q / 8 kv heads of 128, MLP 14336, vocabulary 128256.
   const Shape shapes[] = {{"qkv", (32 + 2 * 8) * 128 / tp, 4096, false},
                           {"o_proj", 4096, 32 * 128 / tp, false},

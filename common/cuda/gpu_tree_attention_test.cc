@@ -259,12 +259,12 @@ TEST_F(TreeAttentionTest, FirstQueryLimitsTheQueries) {
 }
 
 TEST_F(TreeAttentionTest, OtherHeadDimsPagesAndGqa) {
-  // tiny pair (d 32, 8 q / 4 kv), d 64 with 32-slot pages, Qwen2-7B-like 28/4, MHA, and a TP
+  // tiny pair (d 32, 8 q / 4 kv), d 64 with 32-slot pages, Qwen2-7B-like 28/4, MHA, a TP
   // slice whose first q head sits in the middle of a GQA group (5 local q heads, group 4,
-  // shift 2: heads 0-1 read kv 0, heads 2-4 read kv 1).
+  // shift 2: heads 0-1 read kv 0, heads 2-4 read kv 1), and pages longer than a 64-key stage.
   for (const Shape& shape :
        {Shape{8, 4, 2, 0, 32, 16}, Shape{16, 2, 8, 0, 64, 32}, Shape{28, 4, 7, 0, 128, 16},
-        Shape{4, 4, 1, 0, 64, 16}, Shape{5, 2, 4, 2, 128, 16}}) {
+        Shape{4, 4, 1, 0, 64, 16}, Shape{5, 2, 4, 2, 128, 16}, Shape{32, 8, 4, 0, 128, 128}}) {
     Check(shape, {{0, 17}, {300, 64}, {1, 3}, {130, 255}}, 1);
   }
 }

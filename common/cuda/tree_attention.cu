@@ -1,12 +1,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_check.h"
 #include "common/cuda/dependent_launch.h"
 #include "common/cuda/kernels/tree_attention.cuh"
+#include "common/cuda/kernels/tree_attention_merge.cuh"
 #include "common/cuda/tree_attention.h"
 
 namespace treespec::gpu {
@@ -14,41 +16,60 @@ namespace {
 
 size_t AlignUp(size_t n) { return (n + 15) / 16 * 16; }
 
-template <int kHeadDim, int kRows>
-cudaError_t ConfigureKernel(int* ctas_per_sm) {
-  auto* kernel = &kernels::TreeAttentionKernel<kHeadDim, kRows>;
-  constexpr int kBytes = kernels::AttnSharedBytes<kHeadDim, kRows>();
-  if (cudaError_t e =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
-      e != cudaSuccess) {
-    return e;
-  }
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, kernel,
-                                                       kernels::AttnThreads<kRows>(), kBytes);
+// Calls f(head dim) as a std::integral_constant.
+template <typename F>
+cudaError_t WithHeadDim(int head_dim, F&& f) {
+  return head_dim == 32   ? f(std::integral_constant<int, 32>{})
+         : head_dim == 64 ? f(std::integral_constant<int, 64>{})
+                          : f(std::integral_constant<int, 128>{});
+}
+
+// Sets the kernel's shared-memory size and reports its resident CTAs per SM.
+template <int kRows>
+cudaError_t ConfigureKernel(int head_dim, int* ctas_per_sm) {
+  return WithHeadDim(head_dim, [&](auto d) {
+    constexpr int kHeadDim = decltype(d)::value;
+    auto* kernel = &kernels::TreeAttentionKernel<kHeadDim, kRows>;
+    constexpr int kBytes = kernels::AttnSharedBytes<kHeadDim, kRows>();
+    if (cudaError_t e =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+        e != cudaSuccess) {
+      return e;
+    }
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, kernel,
+                                                         kernels::AttnThreads<kRows>(), kBytes);
+  });
 }
 
 template <int kRows>
-cudaError_t ConfigureForHeadDim(int head_dim, int* ctas_per_sm) {
-  return head_dim == 32   ? ConfigureKernel<32, kRows>(ctas_per_sm)
-         : head_dim == 64 ? ConfigureKernel<64, kRows>(ctas_per_sm)
-                          : ConfigureKernel<128, kRows>(ctas_per_sm);
+cudaError_t Launch(int head_dim, const kernels::TreeAttentionArgs& args, int ctas,
+                   bool dependent_launch, cudaStream_t stream) {
+  return WithHeadDim(head_dim, [&](auto d) {
+    constexpr int kHeadDim = decltype(d)::value;
+    return internal::LaunchMaybeDependent(&kernels::TreeAttentionKernel<kHeadDim, kRows>,
+                                          dim3(ctas), dim3(kernels::AttnThreads<kRows>()),
+                                          kernels::AttnSharedBytes<kHeadDim, kRows>(),
+                                          dependent_launch, stream, args);
+  });
 }
 
-template <int kHeadDim, int kRows>
-cudaError_t Launch(const kernels::TreeAttentionArgs& args, int ctas, bool dependent_launch,
-                   cudaStream_t stream) {
-  return internal::LaunchMaybeDependent(&kernels::TreeAttentionKernel<kHeadDim, kRows>, dim3(ctas),
-                                        dim3(kernels::AttnThreads<kRows>()),
-                                        kernels::AttnSharedBytes<kHeadDim, kRows>(),
-                                        dependent_launch, stream, args);
+cudaError_t ConfigureMergeKernel(int head_dim) {
+  return WithHeadDim(head_dim, [](auto d) {
+    constexpr int kHeadDim = decltype(d)::value;
+    return cudaFuncSetAttribute(&kernels::TreeAttentionMergeKernel<kHeadDim>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                kernels::AttnMergeSharedBytes<kHeadDim>());
+  });
 }
 
-template <int kRows>
-cudaError_t LaunchForHeadDim(int head_dim, const kernels::TreeAttentionArgs& args, int ctas,
-                             bool dependent_launch, cudaStream_t stream) {
-  return head_dim == 32   ? Launch<32, kRows>(args, ctas, dependent_launch, stream)
-         : head_dim == 64 ? Launch<64, kRows>(args, ctas, dependent_launch, stream)
-                          : Launch<128, kRows>(args, ctas, dependent_launch, stream);
+cudaError_t LaunchMerge(int head_dim, const kernels::TreeAttentionMergeArgs& args, int ctas,
+                        bool dependent_launch, cudaStream_t stream) {
+  return WithHeadDim(head_dim, [&](auto d) {
+    constexpr int kHeadDim = decltype(d)::value;
+    return internal::LaunchMaybeDependent(
+        &kernels::TreeAttentionMergeKernel<kHeadDim>, dim3(ctas), dim3(kernels::kAttnMergeThreads),
+        kernels::AttnMergeSharedBytes<kHeadDim>(), dependent_launch, stream, args);
+  });
 }
 
 }  // namespace
@@ -87,8 +108,9 @@ absl::StatusOr<std::unique_ptr<TreeAttention>> TreeAttention::Create(
   int device = 0, sms = 0, small_per_sm = 0, large_per_sm = 0;
   CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  CUDA_RETURN_IF_ERROR(ConfigureForHeadDim<kAttnSmallTileRows>(d, &small_per_sm));
-  CUDA_RETURN_IF_ERROR(ConfigureForHeadDim<kAttnMaxTileRows>(d, &large_per_sm));
+  CUDA_RETURN_IF_ERROR(ConfigureKernel<kAttnSmallTileRows>(d, &small_per_sm));
+  CUDA_RETURN_IF_ERROR(ConfigureKernel<kAttnMaxTileRows>(d, &large_per_sm));
+  CUDA_RETURN_IF_ERROR(ConfigureMergeKernel(d));
   auto target = [&](int resident) {
     resident = std::max(1, resident);
     return sms * (options.target_ctas_per_sm > 0 ? std::min(options.target_ctas_per_sm, resident)
@@ -97,11 +119,13 @@ absl::StatusOr<std::unique_ptr<TreeAttention>> TreeAttention::Create(
   attention->target_ctas_small_ = target(small_per_sm);
   attention->target_ctas_large_ = target(large_per_sm);
 
-  // [num_items][seqs][items][page table][masks], each region 16-byte aligned.
+  // [num_items, num_merges][seqs][items, then merges][page table][masks], each region 16-byte
+  // aligned. A plan has at most 2 merges per item (AttnMergeRows).
+  static_assert(sizeof(AttnMergeItem) == sizeof(AttnWorkItem));
   attention->seqs_offset_ = 16;
   attention->items_offset_ = attention->seqs_offset_ + AlignUp(sizeof(AttnSeqInfo) * lim.max_seqs);
   attention->pages_offset_ =
-      attention->items_offset_ + AlignUp(sizeof(AttnWorkItem) * lim.max_items);
+      attention->items_offset_ + AlignUp(3 * sizeof(AttnWorkItem) * lim.max_items);
   attention->masks_offset_ = attention->pages_offset_ + AlignUp(sizeof(int32_t) * lim.max_pages);
   const size_t meta_bytes = attention->masks_offset_ + sizeof(uint64_t) * lim.max_mask_words;
   auto meta = DeviceBuffer<unsigned char>::Create(meta_bytes);
@@ -117,10 +141,6 @@ absl::StatusOr<std::unique_ptr<TreeAttention>> TreeAttention::Create(
   auto partial_lse = DeviceBuffer<float>::Create(partials * kAttnMaxTileRows);
   if (!partial_lse.ok()) return partial_lse.status();
   attention->partial_lse_ = std::move(partial_lse).value();
-  auto semaphores = DeviceBuffer<int32_t>::Create(partials);
-  if (!semaphores.ok()) return semaphores.status();
-  attention->semaphores_ = std::move(semaphores).value();
-  if (absl::Status s = attention->semaphores_.ZeroNow(); !s.ok()) return s;
   if (absl::Status s = attention->meta_.ZeroNow(); !s.ok()) return s;
   return attention;
 }
@@ -142,18 +162,23 @@ absl::Status TreeAttention::Prepare(absl::Span<const AttnSeqDesc> seqs, cudaStre
   plan_ = std::move(plan).value();
 
   CUDA_RETURN_IF_ERROR(cudaEventSynchronize(staged_));  // the previous upload is done with staging_
-  const int32_t num_items = static_cast<int32_t>(plan_.items.size());
+  const int32_t counts[2] = {static_cast<int32_t>(plan_.items.size()),
+                             static_cast<int32_t>(plan_.merges.size())};
   unsigned char* const staging = staging_.data();
-  std::memcpy(staging, &num_items, sizeof(num_items));
+  std::memcpy(staging, counts, sizeof(counts));
   std::memcpy(staging + seqs_offset_, plan_.seqs.data(), sizeof(AttnSeqInfo) * plan_.seqs.size());
   std::memcpy(staging + items_offset_, plan_.items.data(),
               sizeof(AttnWorkItem) * plan_.items.size());
+  std::memcpy(staging + items_offset_ + sizeof(AttnWorkItem) * plan_.items.size(),
+              plan_.merges.data(), sizeof(AttnMergeItem) * plan_.merges.size());
   std::memcpy(staging + pages_offset_, plan_.page_table.data(),
               sizeof(int32_t) * plan_.page_table.size());
   std::memcpy(staging + masks_offset_, plan_.masks.data(), sizeof(uint64_t) * plan_.masks.size());
 
-  // Three copies: counts, sequences and items (one span), then the used page table and masks.
-  const size_t head_bytes = items_offset_ + sizeof(AttnWorkItem) * plan_.items.size();
+  // Three copies: counts, sequences, items and merges (one span), then the used page table and
+  // masks.
+  const size_t head_bytes = items_offset_ + sizeof(AttnWorkItem) * plan_.items.size() +
+                            sizeof(AttnMergeItem) * plan_.merges.size();
   CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(meta_.data(), staging, head_bytes, cudaMemcpyHostToDevice, stream));
   if (!plan_.page_table.empty()) {
@@ -190,17 +215,36 @@ cudaError_t TreeAttention::Run(const KvLayerView& layer, const __nv_bfloat16* q,
   args.masks = reinterpret_cast<const uint64_t*>(meta + masks_offset_);
   args.partial_out = partial_out_.data();
   args.partial_lse = partial_lse_.data();
-  args.semaphores = semaphores_.data();
   args.num_q_heads = options_.heads.num_q_heads;
   args.group_size = options_.heads.group_size;
   args.q_head_shift = options_.heads.q_head_shift;
   args.scale_log2 = options_.scale * 1.4426950408889634f;
   const int ctas = std::max(static_cast<int>(plan_.items.size()), grid_capacity_);
-  return plan_.tile_rows == kAttnMaxTileRows
-             ? LaunchForHeadDim<kAttnMaxTileRows>(options_.head_dim, args, ctas,
-                                                  options_.dependent_launch, stream)
-             : LaunchForHeadDim<kAttnSmallTileRows>(options_.head_dim, args, ctas,
-                                                    options_.dependent_launch, stream);
+  if (cudaError_t e = plan_.tile_rows == kAttnMaxTileRows
+                          ? Launch<kAttnMaxTileRows>(options_.head_dim, args, ctas,
+                                                     options_.dependent_launch, stream)
+                          : Launch<kAttnSmallTileRows>(options_.head_dim, args, ctas,
+                                                       options_.dependent_launch, stream);
+      e != cudaSuccess) {
+    return e;
+  }
+  // The merge launch: always under a graph capture (a later plan may split), else only when
+  // some tile is split.
+  const int merge_ctas = std::max(static_cast<int>(plan_.merges.size()), 2 * grid_capacity_);
+  if (merge_ctas == 0) return cudaSuccess;
+  kernels::TreeAttentionMergeArgs merge;
+  merge.out = out;
+  merge.seqs = args.seqs;
+  merge.num_items = args.num_items;
+  merge.num_merges = args.num_items + 1;
+  merge.items = args.items;
+  merge.partial_out = args.partial_out;
+  merge.partial_lse = args.partial_lse;
+  merge.tile_rows = plan_.tile_rows;
+  merge.num_q_heads = args.num_q_heads;
+  merge.group_size = args.group_size;
+  merge.q_head_shift = args.q_head_shift;
+  return LaunchMerge(options_.head_dim, merge, merge_ctas, /*dependent_launch=*/true, stream);
 }
 
 }  // namespace treespec::gpu

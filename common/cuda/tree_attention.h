@@ -56,7 +56,8 @@ class TreeAttention {
   // previous step's upload to leave the pinned staging memory before reusing it.
   absl::Status Prepare(absl::Span<const AttnSeqDesc> seqs, cudaStream_t stream);
 
-  // out = attention of q over `layer` for the prepared batch.
+  // out = attention of q over `layer` for the prepared batch: the attention kernel, then (when
+  // the plan splits a tile, or under a graph capture) the merge kernel as its dependent launch.
   //   q, out  [num_query_rows, num_q_heads, head_dim] bf16: sequence b's query nodes
   //           [first_query, n) are consecutive rows, sequences in batch order.
   cudaError_t Run(const KvLayerView& layer, const __nv_bfloat16* q, __nv_bfloat16* out,
@@ -68,11 +69,12 @@ class TreeAttention {
     return tile_rows == kAttnMaxTileRows ? target_ctas_large_ : target_ctas_small_;
   }
 
-  // For CUDA graphs: Run launches max(work items, capacity) CTAs, and the CTAs past the
-  // prepared batch's item count (read from device memory) exit at once, so a graph captured
-  // with capacity C replays correctly after any later Prepare with at most C items and the
-  // same plan().tile_rows (the kernel differs per tile size). 0: the grid is the item count
-  // (eager launches).
+  // For CUDA graphs: Run launches max(work items, capacity) attention CTAs and max(merge items,
+  // 2 × capacity) merge CTAs, and the CTAs past the prepared batch's counts (read from device
+  // memory) exit at once, so a graph captured with capacity C replays correctly after any later
+  // Prepare with at most C items (so at most 2C merges) and the same plan().tile_rows (the
+  // kernel differs per tile size). 0: the grids are the counts (eager launches; no merge launch
+  // when no tile is split).
   void set_grid_capacity(int ctas) { grid_capacity_ = ctas; }
 
  private:
@@ -89,7 +91,6 @@ class TreeAttention {
   cudaEvent_t staged_ = nullptr;  // the last upload has read staging_
   DeviceBuffer<float> partial_out_;
   DeviceBuffer<float> partial_lse_;
-  DeviceBuffer<int32_t> semaphores_;
 };
 
 }  // namespace treespec::gpu

@@ -143,7 +143,7 @@ absl::StatusOr<AttnPlan> PlanTreeAttention(absl::Span<const AttnSeqDesc> seqs,
 
   // Every (sequence, kv head, row tile) with the keys it needs.
   struct Tile {
-    int seq, kv_head, row_begin, key_end;
+    int seq, kv_head, row_begin, rows, key_end;  // rows: of this (seq, kv_head), all tiles
   };
   std::vector<Tile> tiles;
   int64_t total_key_tiles = 0;
@@ -157,7 +157,7 @@ absl::StatusOr<AttnPlan> PlanTreeAttention(absl::Span<const AttnSeqDesc> seqs,
         const int last_row = std::min(rows, row + tile_rows) - 1;
         const int last_node = s.first_query + last_row / per_node;
         const int key_end = s.prefix_len + last_node + 1;
-        tiles.push_back({static_cast<int>(b), h, row, key_end});
+        tiles.push_back({static_cast<int>(b), h, row, rows, key_end});
         total_key_tiles += CeilDiv(key_end, kAttnTileKeys);
       }
     }
@@ -196,7 +196,23 @@ absl::StatusOr<AttnPlan> PlanTreeAttention(absl::Span<const AttnSeqDesc> seqs,
       item.num_splits = splits;
       plan.items.push_back(item);
     }
-    if (splits > 1) plan.num_partials += splits;
+    if (splits > 1) {
+      const int valid_rows = std::min(tile_rows, t.rows - t.row_begin);
+      const int merge_rows = AttnMergeRows(tile_rows, splits);
+      for (int r = 0; r < valid_rows; r += merge_rows) {
+        AttnMergeItem merge;
+        merge.seq = t.seq;
+        merge.kv_head = t.kv_head;
+        merge.row_begin = t.row_begin + r;
+        merge.rows = std::min(merge_rows, valid_rows - r);
+        merge.tile_row_begin = t.row_begin;
+        merge.partial_base = plan.num_partials;
+        merge.num_splits = splits;
+        merge.unused = 0;
+        plan.merges.push_back(merge);
+      }
+      plan.num_partials += splits;
+    }
   }
   // CTAs that stream the same keys run side by side (the row tiles of one KV head, split by
   // split), so the second and later reads of a K/V tile hit L2.

@@ -9,7 +9,8 @@
 // [0, L + last node of the tile + 1) — the committed prefix, then the tree slots under the
 // ancestor mask — and that key range is split into chunks of whole key tiles so the batch
 // fills the GPU (flash-decoding). The partial results of a split tile are merged by
-// log-sum-exp by whichever of its CTAs finishes last.
+// log-sum-exp in a second launch whose CTAs each take a few rows of one split tile
+// (AttnMergeItem): a split tile's partials are then read by many SMs at once, not one.
 #ifndef TREESPEC_COMMON_CUDA_TREE_ATTENTION_PLAN_H_
 #define TREESPEC_COMMON_CUDA_TREE_ATTENTION_PLAN_H_
 
@@ -72,10 +73,31 @@ struct AttnWorkItem {
   int32_t key_end;
   int32_t split;         // index of this CTA among those sharing the tile
   int32_t partial_base;  // split tiles: first partial-result slot of the tile (its splits use
-                         // slots partial_base + split; slot partial_base's semaphore counts
-                         // finished splits); -1 when not split
+                         // slots partial_base + split); -1 when not split
   int32_t num_splits;    // CTAs sharing the tile (1: writes the output directly)
 };
+
+// One CTA of the merge launch: rows [row_begin, row_begin + rows) of a split tile (device
+// layout; 8 int32). Row indices are those of AttnWorkItem::row_begin (rows of this (seq,
+// kv_head)); the tile's partial results hold its rows from tile_row_begin on.
+struct AttnMergeItem {
+  int32_t seq;
+  int32_t kv_head;
+  int32_t row_begin;
+  int32_t rows;
+  int32_t tile_row_begin;
+  int32_t partial_base;
+  int32_t num_splits;
+  int32_t unused;
+};
+
+// Rows per merge CTA for a tile of `tile_rows` rows split `splits` ways: ceil(64 / splits), so
+// a merge CTA holds at most (64 + splits) partial rows, and a split tile has at most 2 ×
+// splits merge CTAs (AttnPlan::merges.size() <= 2 × items.size()).
+inline int AttnMergeRows(int tile_rows, int splits) {
+  const int rows = (kAttnSmallTileRows + splits - 1) / splits;
+  return rows < tile_rows ? rows : tile_rows;
+}
 
 struct AttnPlanLimits {
   int max_seqs = 0;
@@ -89,6 +111,7 @@ struct AttnPlanLimits {
 struct AttnPlan {
   std::vector<AttnSeqInfo> seqs;
   std::vector<AttnWorkItem> items;
+  std::vector<AttnMergeItem> merges;  // empty when no tile is split
   std::vector<int32_t> page_table;
   std::vector<uint64_t> masks;
   int num_split_tiles = 0;

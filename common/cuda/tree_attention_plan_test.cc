@@ -4,6 +4,7 @@
 // target_ctas CTAs; malformed batches are refused with a message naming the field.
 #include "common/cuda/tree_attention_plan.h"
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <string>
@@ -121,6 +122,38 @@ TEST(TreeAttentionPlanTest, TilesAndSplitsCoverEveryRowAndKeyOnce) {
         }
       }
       EXPECT_EQ(plan->num_query_rows, rows);
+      // Merge CTAs: every row of every split tile exactly once, none for unsplit tiles.
+      std::map<std::tuple<int, int, int>, int> merged;  // (seq, head, row) -> times merged
+      for (const AttnMergeItem& m : plan->merges) {
+        const auto tile_key = std::make_tuple(m.seq, m.kv_head, m.tile_row_begin);
+        ASSERT_GT(splits_seen[tile_key], 1) << "merge of an unsplit tile";
+        EXPECT_EQ(m.num_splits, splits_seen[tile_key]);
+        const auto first = std::find_if(plan->items.begin(), plan->items.end(), [&](auto& item) {
+          return std::make_tuple(item.seq, item.kv_head, item.row_begin) == tile_key;
+        });
+        EXPECT_EQ(m.partial_base, first->partial_base);
+        EXPECT_GE(m.row_begin, m.tile_row_begin);
+        EXPECT_LE(m.row_begin + m.rows, m.tile_row_begin + tile);
+        EXPECT_GE(m.rows, 1);
+        EXPECT_LE(m.rows, AttnMergeRows(tile, m.num_splits));
+        for (int r = m.row_begin; r < m.row_begin + m.rows; ++r) {
+          ++merged[std::make_tuple(m.seq, m.kv_head, r)];
+        }
+      }
+      int split_rows = 0;
+      for (const auto& [key, splits] : splits_seen) {
+        if (splits < 2) continue;
+        const auto [b, h, r0] = key;
+        const AttnSeqDesc& s = batch.descs[b];
+        const int end = std::min(r0 + tile, (s.num_nodes - s.first_query) * heads.NumQHeads(h));
+        for (int r = r0; r < end; ++r) {
+          EXPECT_EQ(merged[std::make_tuple(b, h, r)], 1)
+              << "seq " << b << " head " << h << " row " << r;
+        }
+        split_rows += end - r0;
+      }
+      EXPECT_EQ(static_cast<int>(merged.size()), split_rows) << "rows merged that no tile has";
+      EXPECT_LE(plan->merges.size(), 2 * plan->items.size());
       if (target == 132 || target == 264) {  // (fewer key tiles than 100000 CTAs)
         // Enough splitting to fill the GPU, not wildly more than asked.
         EXPECT_GE(static_cast<int>(plan->items.size()), target / 2);

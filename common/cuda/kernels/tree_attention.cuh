@@ -8,8 +8,8 @@
 // accumulate), online softmax in fp32 in the log2 domain. Keys below the committed length L
 // are visible to every row; a tree key L + j is visible to node i iff bit j of the ancestor
 // mask row i is set (a chain: iff j <= i). When the plan splits a tile's keys over several
-// CTAs, each writes its normalised partial output and log-sum-exp; the last to finish (a
-// per-tile semaphore) merges them and resets the semaphore for the next launch.
+// CTAs, each writes its normalised partial output and log-sum-exp for its valid rows, and the
+// merge kernel (tree_attention_merge.cuh, the next launch) combines them.
 //
 // Shared memory rows are 16-byte chunks XOR-swizzled by row so that the 8 row addresses of
 // every ldmatrix hit 8 different bank groups.
@@ -39,7 +39,8 @@ inline constexpr int kAttnMaxSharedBytes = 99 * 1024;
 // Pipeline depth: 4 stages, or as many as fit kAttnMaxSharedBytes beside the Q tile (2 at head
 // dim 128). Measured on the H200 (docs/performance.md): the kernel is issue-bound, and the
 // 2-stage pipeline at head dim 128 was as fast as or faster than 3 (64-row tiles) or 6
-// (128-row tiles) stages at every context, tree size and batch of the attention bench.
+// (128-row tiles) stages at every context, tree size and batch of the attention bench, and
+// stages of 32 keys (5 or 4 stages in the same memory) were no faster than stages of 64.
 template <int kHeadDim, int kRows>
 __host__ __device__ constexpr int AttnStages() {
   constexpr int kFit =
@@ -57,9 +58,8 @@ struct TreeAttentionArgs {
   const int32_t* num_items;  // CTAs past *num_items exit (the grid may be a fixed capacity)
   const int32_t* page_table;
   const uint64_t* masks;
-  float* partial_out;   // [partial slots, kRows, D]
-  float* partial_lse;   // [partial slots, kRows], log2 domain
-  int32_t* semaphores;  // [partial slots], zero between launches
+  float* partial_out;  // [partial slots, kRows, D]
+  float* partial_lse;  // [partial slots, kRows], log2 domain
   int num_q_heads;
   int group_size;
   int q_head_shift;
@@ -110,9 +110,6 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
   constexpr int kNTiles = kAttnTileKeys / 8;     // 8-key column tiles of S
   constexpr int kDTiles = D / 8;                 // 8-wide column tiles of O
   constexpr int kTileElems = kAttnTileKeys * D;  // one K or V stage
-  // The merge keeps one weight per (split, row) in the K/V stage buffers.
-  static_assert(kAttnMaxSplits * kRows * 4 <= 2 * kStages * kTileElems * 2,
-                "merge weights must fit the stage buffers");
   // Each thread copies the same chunk column of kKeysPerThread keys of every key tile.
   constexpr int kKeysPerThread = kAttnTileKeys * kChunks / kAttnThreads;
   constexpr int kKeyStride = kAttnThreads / kChunks;
@@ -354,8 +351,7 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
       }
     }
   }
-  CpAsyncWait<0>();  // no copy may land in shared memory the merge reuses
-  __syncthreads();
+  CpAsyncWait<0>();  // (the last stages' copies are empty groups past the range)
 
   // Finish: full row sums, then the output or this split's partial result.
   float inv_l[2];
@@ -363,10 +359,11 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
     l[i] = QuadSum(l[i]);
     inv_l[i] = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
   }
-  if (item.num_splits == 1) {
-    for (int i = 0; i < 2; ++i) {
-      if (!row_valid[i]) continue;
-      const int tr = item.row_begin + warp * 16 + g + 8 * i;
+  for (int i = 0; i < 2; ++i) {
+    if (!row_valid[i]) continue;
+    const int r = warp * 16 + g + 8 * i;
+    if (item.num_splits == 1) {
+      const int tr = item.row_begin + r;
       __nv_bfloat16* const dst =
           args.out +
           (static_cast<int64_t>(seq.q_row_begin + tr / heads_here) * args.num_q_heads + q_head0 +
@@ -378,13 +375,9 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
         *reinterpret_cast<__nv_bfloat162*>(dst + t * 8) =
             __floats2bfloat162_rn(o[t][2 * i] * inv_l[i], o[t][2 * i + 1] * inv_l[i]);
       }
+      continue;
     }
-    return;
-  }
-
-  const int slot = item.partial_base + item.split;
-  for (int i = 0; i < 2; ++i) {
-    const int r = warp * 16 + g + 8 * i;
+    const int slot = item.partial_base + item.split;
     float* const dst = args.partial_out + (static_cast<int64_t>(slot) * kRows + r) * D + c;
 #pragma unroll
     for (int t = 0; t < kDTiles; ++t) {
@@ -395,81 +388,6 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
       __stcg(args.partial_lse + static_cast<int64_t>(slot) * kRows + r,
              l[i] > 0.0f ? fmaf(m[i], args.scale_log2, log2f(l[i])) : -INFINITY);
     }
-  }
-  __threadfence();
-  __syncthreads();
-  __shared__ bool is_last;
-  if (tid == 0) {
-    is_last = atomicAdd(args.semaphores + item.partial_base, 1) == item.num_splits - 1;
-    if (is_last) args.semaphores[item.partial_base] = 0;  // every split has arrived
-  }
-  __syncthreads();
-  if (!is_last) return;
-  __threadfence();
-
-  // Merge the splits by log-sum-exp. The pipeline's shared memory is free now. First every
-  // split's log-sum-exp per row is gathered with all loads in flight, then turned into
-  // weights; then each thread owns one 4-column group of D/8 rows and walks the splits,
-  // keeping D/8 independent loads in flight per split.
-  float* const weights = reinterpret_cast<float*>(k_smem);  // [num_splits][kRows]
-  float* const inv_sum = reinterpret_cast<float*>(q_smem);  // [kRows]
-  const int64_t base = static_cast<int64_t>(item.partial_base) * kRows;
-#pragma unroll 8
-  for (int idx = tid; idx < item.num_splits * kRows; idx += kAttnThreads) {
-    weights[idx] = __ldcg(args.partial_lse + base + idx);  // log-sum-exp for now
-  }
-  __syncthreads();
-  for (int r = tid; r < rows_here; r += kAttnThreads) {
-    float lse_max = -INFINITY;
-    for (int s = 0; s < item.num_splits; ++s) lse_max = fmaxf(lse_max, weights[s * kRows + r]);
-    float sum = 0.0f;
-    for (int s = 0; s < item.num_splits; ++s) {
-      const float lse = weights[s * kRows + r];
-      const float w = lse == -INFINITY ? 0.0f : FastExp2(lse - lse_max);  // -inf: no visible key
-      weights[s * kRows + r] = w;
-      sum += w;
-    }
-    inv_sum[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
-  }
-  __syncthreads();
-  constexpr int kColGroups = D / 4;
-  constexpr int kRowStride = kAttnThreads / kColGroups;
-  constexpr int kRowsPerThread = kRows / kRowStride;
-  const int col = (tid % kColGroups) * 4, row0 = tid / kColGroups;
-  float4 acc[kRowsPerThread];
-#pragma unroll
-  for (int k = 0; k < kRowsPerThread; ++k) acc[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 2
-  for (int s = 0; s < item.num_splits; ++s) {
-    const float4* const src =
-        reinterpret_cast<const float4*>(args.partial_out + (base + s * kRows) * D + col);
-#pragma unroll
-    for (int k = 0; k < kRowsPerThread; ++k) {
-      const int r = row0 + k * kRowStride;
-      if (r < rows_here) {
-        const float w = weights[s * kRows + r];
-        const float4 x = __ldcg(src + r * (D / 4));
-        acc[k].x += w * x.x;
-        acc[k].y += w * x.y;
-        acc[k].z += w * x.z;
-        acc[k].w += w * x.w;
-      }
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < kRowsPerThread; ++k) {
-    const int r = row0 + k * kRowStride;
-    if (r >= rows_here) continue;
-    const int tr = item.row_begin + r;
-    __nv_bfloat16* const dst =
-        args.out +
-        (static_cast<int64_t>(seq.q_row_begin + tr / heads_here) * args.num_q_heads + q_head0 +
-         tr % heads_here) *
-            D +
-        col;
-    const float inv = inv_sum[r];
-    *reinterpret_cast<uint2*>(dst) = make_uint2(PackBf16(acc[k].x * inv, acc[k].y * inv),
-                                                PackBf16(acc[k].z * inv, acc[k].w * inv));
   }
 }
 
