@@ -119,13 +119,14 @@ absl::StatusOr<std::unique_ptr<TreeAttention>> TreeAttention::Create(
   attention->target_ctas_small_ = target(small_per_sm);
   attention->target_ctas_large_ = target(large_per_sm);
 
-  // [num_items, num_merges][seqs][items, then merges][page table][masks], each region 16-byte
+  // [num_items, num_merges][seqs][items][merges][page table][masks], each region 16-byte
   // aligned. A plan has at most 2 merges per item (AttnMergeRows).
-  static_assert(sizeof(AttnMergeItem) == sizeof(AttnWorkItem));
   attention->seqs_offset_ = 16;
   attention->items_offset_ = attention->seqs_offset_ + AlignUp(sizeof(AttnSeqInfo) * lim.max_seqs);
+  attention->merges_offset_ =
+      attention->items_offset_ + AlignUp(sizeof(AttnWorkItem) * lim.max_items);
   attention->pages_offset_ =
-      attention->items_offset_ + AlignUp(3 * sizeof(AttnWorkItem) * lim.max_items);
+      attention->merges_offset_ + AlignUp(2 * sizeof(AttnMergeItem) * lim.max_items);
   attention->masks_offset_ = attention->pages_offset_ + AlignUp(sizeof(int32_t) * lim.max_pages);
   const size_t meta_bytes = attention->masks_offset_ + sizeof(uint64_t) * lim.max_mask_words;
   auto meta = DeviceBuffer<unsigned char>::Create(meta_bytes);
@@ -169,18 +170,21 @@ absl::Status TreeAttention::Prepare(absl::Span<const AttnSeqDesc> seqs, cudaStre
   std::memcpy(staging + seqs_offset_, plan_.seqs.data(), sizeof(AttnSeqInfo) * plan_.seqs.size());
   std::memcpy(staging + items_offset_, plan_.items.data(),
               sizeof(AttnWorkItem) * plan_.items.size());
-  std::memcpy(staging + items_offset_ + sizeof(AttnWorkItem) * plan_.items.size(),
-              plan_.merges.data(), sizeof(AttnMergeItem) * plan_.merges.size());
+  std::memcpy(staging + merges_offset_, plan_.merges.data(),
+              sizeof(AttnMergeItem) * plan_.merges.size());
   std::memcpy(staging + pages_offset_, plan_.page_table.data(),
               sizeof(int32_t) * plan_.page_table.size());
   std::memcpy(staging + masks_offset_, plan_.masks.data(), sizeof(uint64_t) * plan_.masks.size());
 
-  // Three copies: counts, sequences, items and merges (one span), then the used page table and
-  // masks.
-  const size_t head_bytes = items_offset_ + sizeof(AttnWorkItem) * plan_.items.size() +
-                            sizeof(AttnMergeItem) * plan_.merges.size();
+  // Counts, sequences and items in one copy, then the used merges, page table and masks.
+  const size_t head_bytes = items_offset_ + sizeof(AttnWorkItem) * plan_.items.size();
   CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(meta_.data(), staging, head_bytes, cudaMemcpyHostToDevice, stream));
+  if (!plan_.merges.empty()) {
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta_.data() + merges_offset_, staging + merges_offset_,
+                                         sizeof(AttnMergeItem) * plan_.merges.size(),
+                                         cudaMemcpyHostToDevice, stream));
+  }
   if (!plan_.page_table.empty()) {
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta_.data() + pages_offset_, staging + pages_offset_,
                                          sizeof(int32_t) * plan_.page_table.size(),
@@ -211,6 +215,7 @@ cudaError_t TreeAttention::Run(const KvLayerView& layer, const __nv_bfloat16* q,
   args.num_items = reinterpret_cast<const int32_t*>(meta);
   args.seqs = reinterpret_cast<const AttnSeqInfo*>(meta + seqs_offset_);
   args.items = reinterpret_cast<const AttnWorkItem*>(meta + items_offset_);
+  args.item_slots = options_.limits.max_items;
   args.page_table = reinterpret_cast<const int32_t*>(meta + pages_offset_);
   args.masks = reinterpret_cast<const uint64_t*>(meta + masks_offset_);
   args.partial_out = partial_out_.data();
@@ -234,10 +239,9 @@ cudaError_t TreeAttention::Run(const KvLayerView& layer, const __nv_bfloat16* q,
   if (merge_ctas == 0) return cudaSuccess;
   kernels::TreeAttentionMergeArgs merge;
   merge.out = out;
-  merge.seqs = args.seqs;
-  merge.num_items = args.num_items;
   merge.num_merges = args.num_items + 1;
-  merge.items = args.items;
+  merge.merges = reinterpret_cast<const AttnMergeItem*>(meta + merges_offset_);
+  merge.merge_slots = 2 * options_.limits.max_items;
   merge.partial_out = args.partial_out;
   merge.partial_lse = args.partial_lse;
   merge.tile_rows = plan_.tile_rows;

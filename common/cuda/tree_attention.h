@@ -86,7 +86,8 @@ class TreeAttention {
   AttnPlan plan_;
   // Device metadata at fixed offsets (so a captured graph's pointers stay valid).
   DeviceBuffer<unsigned char> meta_;
-  size_t items_offset_ = 0, seqs_offset_ = 0, pages_offset_ = 0, masks_offset_ = 0;
+  size_t items_offset_ = 0, merges_offset_ = 0, seqs_offset_ = 0, pages_offset_ = 0,
+         masks_offset_ = 0;
   PinnedBuffer staging_;          // host twin of meta_
   cudaEvent_t staged_ = nullptr;  // the last upload has read staging_
   DeviceBuffer<float> partial_out_;

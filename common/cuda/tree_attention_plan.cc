@@ -194,6 +194,9 @@ absl::StatusOr<AttnPlan> PlanTreeAttention(absl::Span<const AttnSeqDesc> seqs,
       item.split = s;
       item.partial_base = splits > 1 ? plan.num_partials : -1;
       item.num_splits = splits;
+      item.page_begin = plan.seqs[t.seq].page_begin;
+      item.prefix_len = plan.seqs[t.seq].prefix_len;
+      item.unused[0] = item.unused[1] = 0;
       plan.items.push_back(item);
     }
     if (splits > 1) {
@@ -208,7 +211,7 @@ absl::StatusOr<AttnPlan> PlanTreeAttention(absl::Span<const AttnSeqDesc> seqs,
         merge.tile_row_begin = t.row_begin;
         merge.partial_base = plan.num_partials;
         merge.num_splits = splits;
-        merge.unused = 0;
+        merge.q_row_begin = plan.seqs[t.seq].q_row_begin;
         plan.merges.push_back(merge);
       }
       plan.num_partials += splits;

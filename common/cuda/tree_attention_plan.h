@@ -64,7 +64,8 @@ struct AttnSeqInfo {
   int32_t num_pages;
 };
 
-// One CTA's work (device layout; 8 int32).
+// One CTA's work (device layout; 12 int32). Copies of its sequence's page_begin and prefix_len
+// let the CTA request its first K/V tile without waiting for the AttnSeqInfo load.
 struct AttnWorkItem {
   int32_t seq;
   int32_t kv_head;
@@ -75,6 +76,9 @@ struct AttnWorkItem {
   int32_t partial_base;  // split tiles: first partial-result slot of the tile (its splits use
                          // slots partial_base + split); -1 when not split
   int32_t num_splits;    // CTAs sharing the tile (1: writes the output directly)
+  int32_t page_begin;    // = seqs[seq].page_begin
+  int32_t prefix_len;    // = seqs[seq].prefix_len
+  int32_t unused[2];
 };
 
 // One CTA of the merge launch: rows [row_begin, row_begin + rows) of a split tile (device
@@ -88,7 +92,7 @@ struct AttnMergeItem {
   int32_t tile_row_begin;
   int32_t partial_base;
   int32_t num_splits;
-  int32_t unused;
+  int32_t q_row_begin;  // = seqs[seq].q_row_begin
 };
 
 // Rows per merge CTA for a tile of `tile_rows` rows split `splits` ways: ceil(64 / splits), so

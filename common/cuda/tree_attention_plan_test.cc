@@ -87,6 +87,8 @@ TEST(TreeAttentionPlanTest, TilesAndSplitsCoverEveryRowAndKeyOnce) {
         EXPECT_LT(item.key_begin, item.key_end);
         EXPECT_EQ(item.key_begin % kAttnTileKeys, 0);
         next_key[key] = item.key_end;
+        EXPECT_EQ(item.page_begin, plan->seqs[item.seq].page_begin);
+        EXPECT_EQ(item.prefix_len, plan->seqs[item.seq].prefix_len);
         EXPECT_EQ(item.split, splits_seen[key]++);
         if (item.num_splits > 1) {
           EXPECT_GE(item.partial_base, 0);
@@ -132,6 +134,7 @@ TEST(TreeAttentionPlanTest, TilesAndSplitsCoverEveryRowAndKeyOnce) {
           return std::make_tuple(item.seq, item.kv_head, item.row_begin) == tile_key;
         });
         EXPECT_EQ(m.partial_base, first->partial_base);
+        EXPECT_EQ(m.q_row_begin, plan->seqs[m.seq].q_row_begin);
         EXPECT_GE(m.row_begin, m.tile_row_begin);
         EXPECT_LE(m.row_begin + m.rows, m.tile_row_begin + tile);
         EXPECT_GE(m.rows, 1);

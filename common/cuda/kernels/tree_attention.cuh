@@ -54,12 +54,13 @@ struct TreeAttentionArgs {
   __nv_bfloat16* out;      // [query rows, num_q_heads, D]
   KvLayerView kv;
   const AttnSeqInfo* seqs;
-  const AttnWorkItem* items;
-  const int32_t* num_items;  // CTAs past *num_items exit (the grid may be a fixed capacity)
+  const AttnWorkItem* items;  // item_slots of them, the first *num_items in use
+  const int32_t* num_items;   // CTAs past *num_items exit (the grid may be a fixed capacity)
   const int32_t* page_table;
   const uint64_t* masks;
   float* partial_out;  // [partial slots, kRows, D]
   float* partial_lse;  // [partial slots, kRows], log2 domain
+  int item_slots;
   int num_q_heads;
   int group_size;
   int q_head_shift;
@@ -115,8 +116,11 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
   constexpr int kKeyStride = kAttnThreads / kChunks;
   static_assert(kAttnThreads % kChunks == 0 && kKeysPerThread * kKeyStride == kAttnTileKeys);
 
-  if (static_cast<int>(blockIdx.x) >= *args.num_items) return;
-  const AttnWorkItem item = args.items[blockIdx.x];
+  // The item is loaded beside the count (not after it), and holds what the first K/V tile needs,
+  // so the sequence's info loads while the page ids do.
+  const int bid = blockIdx.x;
+  const AttnWorkItem item = bid < args.item_slots ? args.items[bid] : AttnWorkItem{};
+  if (bid >= *args.num_items) return;
   const AttnSeqInfo seq = args.seqs[item.seq];
   const int q_head0 = max(0, item.kv_head * args.group_size - args.q_head_shift);
   const int heads_here =
@@ -135,7 +139,7 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
   // page-table lookup never stalls the copy engine of the pipeline.
   const int num_key_tiles = (item.key_end - item.key_begin + kAttnTileKeys - 1) / kAttnTileKeys;
   const int my_chunk = tid % kChunks, my_key = tid / kChunks;
-  const int* const pages = args.page_table + seq.page_begin;
+  const int* const pages = args.page_table + item.page_begin;
   const int page_shift = __ffs(args.kv.page_size) - 1;  // page sizes are powers of two
   const int slot_mask = args.kv.page_size - 1;
   // Addresses in bytes. A thread's keys are my_key + j·kKeyStride of a 64-key tile whose first
@@ -189,7 +193,7 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
   int next_pages[kPageLoads];
   fetch_pages(0, next_pages);
   const bool first_tile_early =
-      num_key_tiles > 0 && min(item.key_end, item.key_begin + kAttnTileKeys) <= seq.prefix_len;
+      num_key_tiles > 0 && min(item.key_end, item.key_begin + kAttnTileKeys) <= item.prefix_len;
   if (first_tile_early) issue_copies(0, next_pages);
   WaitForPriorGrid();
   // Query tile: row r is node first_query + (row_begin + r) / heads_here, head
