@@ -20,6 +20,7 @@
 #include "common/metrics/metrics_http_server.h"
 #include "common/model/causal_lm.h"
 #include "common/rpc/connection_age.h"
+#include "common/rpc/keepalive.h"
 #include "common/rpc/tls.h"
 #include "common/util/log.h"
 #include "common/util/shutdown_signal.h"
@@ -58,6 +59,15 @@ ABSL_FLAG(int, max_connection_age_s, 300,
           "connections older than this are closed (their running sessions get --drain_seconds "
           "to end), so verifiers re-resolve the drafter pool's name and find added drafters; "
           "0 = never");
+ABSL_FLAG(int, session_idle_timeout_s, 60,
+          "end a session whose verifier has sent nothing for this long (a verifier that died or "
+          "hung without closing its streams); 0 = never");
+ABSL_FLAG(int, keepalive_s, 30,
+          "ping a verifier connection quiet for this long and drop it (with its sessions) when "
+          "no answer comes within 10 s; 0 = off");
+ABSL_FLAG(int, max_message_bytes, 4 << 20,
+          "largest message accepted, in bytes; a bigger one fails its session with "
+          "RESOURCE_EXHAUSTED");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve TLS (with --tls_key)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, tls_client_ca, "",
@@ -100,10 +110,17 @@ void Drain(grpc::Server& server, const DrafterService& service, int signal, absl
 absl::Status Run() {
   const int drain_seconds = absl::GetFlag(FLAGS_drain_seconds);
   const int max_connection_age_s = absl::GetFlag(FLAGS_max_connection_age_s);
+  const int keepalive_s = absl::GetFlag(FLAGS_keepalive_s);
+  const int max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   for (const auto& [name, value] : {std::pair{"--drain_seconds", drain_seconds},
-                                    std::pair{"--max_connection_age_s", max_connection_age_s}}) {
+                                    std::pair{"--max_connection_age_s", max_connection_age_s},
+                                    std::pair{"--keepalive_s", keepalive_s}}) {
     if (value < 0)
       return absl::InvalidArgumentError(absl::StrCat(name, "=", value, ": must be >= 0"));
+  }
+  if (max_message_bytes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_message_bytes=", max_message_bytes, ": must be >= 1"));
   }
   DrafterServiceOptions options;
   options.default_tree_budget = absl::GetFlag(FLAGS_tree_budget);
@@ -111,6 +128,7 @@ absl::Status Run() {
   options.max_tree_budget = absl::GetFlag(FLAGS_max_tree_budget);
   options.vocab_size = absl::GetFlag(FLAGS_vocab_size);
   options.worker_threads = absl::GetFlag(FLAGS_threads);
+  options.session_idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_session_idle_timeout_s));
   if (options.worker_threads == 0) {
     options.worker_threads =
         static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
@@ -193,6 +211,8 @@ absl::Status Run() {
   builder.AddListeningPort(absl::StrCat(host, ":", absl::GetFlag(FLAGS_port)), credentials, &port);
   builder.RegisterService(&service);
   SetMaxConnectionAge(builder, max_connection_age_s, drain_seconds);
+  SetServerKeepalive(builder, keepalive_s);
+  builder.SetMaxReceiveMessageSize(max_message_bytes);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     return absl::UnavailableError(

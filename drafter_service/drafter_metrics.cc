@@ -9,6 +9,8 @@ DrafterMetrics::DrafterMetrics() : registry_(std::make_shared<prometheus::Regist
     return &AddCounter(*registry_, name, help);
   };
   sessions_ = counter("treespec_drafter_sessions_total", "Draft sessions opened");
+  sessions_reaped_ = counter("treespec_drafter_sessions_reaped_total",
+                             "Draft sessions ended because their verifier stayed silent");
   trees_ = counter("treespec_drafter_trees_total", "Draft trees sent");
   tree_nodes_ = counter("treespec_drafter_tree_nodes_total", "Nodes of the draft trees sent");
   stale_steps_ = counter("treespec_drafter_stale_steps_total",
@@ -34,6 +36,8 @@ void DrafterMetrics::OnSessionOpened() {
 }
 
 void DrafterMetrics::OnSessionClosed() { --active_; }
+
+void DrafterMetrics::OnSessionReaped() { sessions_reaped_->Increment(); }
 
 void DrafterMetrics::OnTreeBuilt(double seconds, int nodes) {
   build_seconds_->Observe(seconds);

@@ -1,5 +1,6 @@
 // The drafter's Prometheus metrics (issue 4), served over HTTP by the binary (--metrics_port):
 //   treespec_drafter_sessions_active (gauge), treespec_drafter_sessions_total,
+//   treespec_drafter_sessions_reaped_total (ended after --session_idle_timeout_s of silence),
 //   treespec_drafter_trees_total, treespec_drafter_tree_nodes_total,
 //   treespec_drafter_stale_steps_total (commits superseded before their tree was drafted),
 //   treespec_drafter_tree_build_seconds (histogram: one tree, on the worker thread),
@@ -26,6 +27,8 @@ class DrafterMetrics final : public prometheus::Collectable {
 
   void OnSessionOpened();
   void OnSessionClosed();
+  // A session was ended because its verifier stayed silent past the idle timeout.
+  void OnSessionReaped();
   void OnTreeBuilt(double seconds, int nodes);
   void OnStaleStep();
   // A session's next tree was handed to the drafting threads / a thread took it after waiting
@@ -43,6 +46,7 @@ class DrafterMetrics final : public prometheus::Collectable {
   std::atomic<int> active_{0};
   std::atomic<int> queued_{0};
   prometheus::Counter* sessions_;
+  prometheus::Counter* sessions_reaped_;
   prometheus::Counter* trees_;
   prometheus::Counter* tree_nodes_;
   prometheus::Counter* stale_steps_;

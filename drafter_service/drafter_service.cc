@@ -1,5 +1,6 @@
 #include "drafter_service/drafter_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <limits>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/rpc/status_conversion.h"
 #include "common/tree/token_tree.h"
 #include "common/util/log.h"
@@ -85,6 +87,11 @@ absl::Status ValidateDrafterServiceOptions(const DrafterServiceOptions& options,
     return absl::InvalidArgumentError(
         absl::StrCat("--threads must be >= 1, got ", options.worker_threads));
   }
+  if (options.session_idle_timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--session_idle_timeout_s must be >= 0, got ",
+                     absl::ToDoubleSeconds(options.session_idle_timeout)));
+  }
   return absl::OkStatus();
 }
 
@@ -102,8 +109,29 @@ class DrafterService::SessionReactor final
     if (service_->metrics_ != nullptr) service_->metrics_->OnSessionOpened();
     request_id_ = absl::StrCat("#", serial_);  // until the open names it
     TS_LOG(kDebug, "draft stream #%d opened (%d active)", serial_, active);
+    {
+      std::lock_guard<std::mutex> lock(service_->sessions_mu_);
+      service_->sessions_.insert(this);
+    }
     std::lock_guard<std::mutex> lock(mu_);
+    last_heard_ = absl::Now();
     StartRead(&request_);
+  }
+
+  // Reaper thread, under the service's sessions_mu_: ends the session if its verifier has been
+  // silent for `timeout` while nothing of ours was pending (a tree being drafted is our delay,
+  // not the verifier's).
+  void EndIfIdle(absl::Time now, absl::Duration timeout) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_ || failed_ || cancelled_ || scheduled_ || now - last_heard_ < timeout) return;
+    if (service_->metrics_ != nullptr) service_->metrics_->OnSessionReaped();
+    TS_LOG(kInfo, "draft session %s: nothing from its verifier for %s; ending it", request_id_,
+           absl::FormatDuration(now - last_heard_));
+    FailLocked(absl::DeadlineExceededError(
+        absl::StrCat("draft session idle for ", absl::FormatDuration(now - last_heard_),
+                     " (the drafter's --session_idle_timeout_s is ", absl::ToDoubleSeconds(timeout),
+                     "); open a new session")));
+    AdvanceLocked();
   }
 
   void OnReadDone(bool ok) override {
@@ -111,6 +139,7 @@ class DrafterService::SessionReactor final
     if (!ok) {
       read_closed_ = true;  // half-close (or the call is over)
     } else if (!failed_ && !cancelled_) {
+      last_heard_ = absl::Now();
       absl::Status status = AcceptLocked();
       if (status.ok()) {
         StartRead(&request_);
@@ -139,6 +168,10 @@ class DrafterService::SessionReactor final
   void OnDone() override {
     {
       std::lock_guard<std::mutex> lock(mu_);  // waits for whoever issued Finish
+    }
+    {
+      std::lock_guard<std::mutex> lock(service_->sessions_mu_);  // and for the reaper
+      service_->sessions_.erase(this);
     }
     if (session_ != nullptr) {
       // Freeing a model session waits for the model lock: do it off the callback thread.
@@ -374,6 +407,7 @@ class DrafterService::SessionReactor final
   bool failed_ = false;
   bool finished_ = false;  // Finish was called
   absl::Status error_;
+  absl::Time last_heard_;  // the verifier's latest message (or the stream's start)
 
   // Set by the open (under mu_) before the first task; read by tasks afterwards.
   std::string request_id_;
@@ -396,9 +430,32 @@ DrafterService::DrafterService(const DrafterServiceOptions& options,
       ngram_(std::move(ngram)),
       draft_model_(std::move(draft_model)),
       metrics_(metrics),
-      pool_(options.worker_threads) {}
+      pool_(options.worker_threads) {
+  if (options_.session_idle_timeout > absl::ZeroDuration()) {
+    reaper_ = std::thread([this] { ReapIdleSessions(); });
+  }
+}
 
-DrafterService::~DrafterService() = default;
+DrafterService::~DrafterService() {
+  {
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    stopping_ = true;
+  }
+  reaper_cv_.notify_all();
+  if (reaper_.joinable()) reaper_.join();
+}
+
+void DrafterService::ReapIdleSessions() {
+  const absl::Duration timeout = options_.session_idle_timeout;
+  // A session ends between 1 and 1.25 timeouts after its last message (at most 1 s late).
+  const absl::Duration period = std::min(timeout / 4, absl::Seconds(1));
+  std::unique_lock<std::mutex> lock(sessions_mu_);
+  while (
+      !reaper_cv_.wait_for(lock, absl::ToChronoNanoseconds(period), [this] { return stopping_; })) {
+    const absl::Time now = absl::Now();
+    for (SessionReactor* session : sessions_) session->EndIfIdle(now, timeout);
+  }
+}
 
 grpc::ServerBidiReactor<v1::DraftRequest, v1::DraftResponse>* DrafterService::Draft(
     grpc::CallbackServerContext* /*context*/) {

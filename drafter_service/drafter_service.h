@@ -10,10 +10,15 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <thread>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "drafter_service/drafter.h"
 #include "drafter_service/drafter_metrics.h"
 #include "drafter_service/worker_pool.h"
@@ -31,6 +36,10 @@ struct DrafterServiceOptions {
   int max_depth_limit = 64;                        // larger requests are INVALID_ARGUMENT
   int vocab_size = 0;      // token ids must be in [0, vocab_size); 0 = only >= 0
   int worker_threads = 2;  // drafting threads
+  // A session whose verifier has sent nothing for this long (and that is not drafting) is
+  // ended: a verifier that died or hung without closing its streams must not hold sessions
+  // (and a draft model's KV cache) for ever. Zero: never.
+  absl::Duration session_idle_timeout = absl::Seconds(60);
 };
 
 // Checks that the options are consistent with the drafters given (the message names the
@@ -46,6 +55,8 @@ class DrafterService final : public v1::Drafter::CallbackService {
                  std::unique_ptr<DrafterFactory> draft_model, DrafterMetrics* metrics = nullptr);
   // Shut the grpc::Server down first: it waits for every stream to end.
   ~DrafterService() override;
+  DrafterService(const DrafterService&) = delete;
+  DrafterService& operator=(const DrafterService&) = delete;
 
   grpc::ServerBidiReactor<v1::DraftRequest, v1::DraftResponse>* Draft(
       grpc::CallbackServerContext* context) override;
@@ -56,13 +67,21 @@ class DrafterService final : public v1::Drafter::CallbackService {
  private:
   class SessionReactor;
 
+  // The reaper thread: every so often, ends the sessions idle past the timeout.
+  void ReapIdleSessions();
+
   const DrafterServiceOptions options_;
   const std::unique_ptr<DrafterFactory> ngram_;
   const std::unique_ptr<DrafterFactory> draft_model_;
   DrafterMetrics* const metrics_;  // may be null
   std::atomic<int> active_sessions_{0};
   std::atomic<int64_t> total_sessions_{0};
-  WorkerPool pool_;  // last: its threads stop before the factories go
+  std::mutex sessions_mu_;                         // before any session's own mutex, never after
+  absl::flat_hash_set<SessionReactor*> sessions_;  // live sessions, for the reaper
+  std::condition_variable reaper_cv_;              // with sessions_mu_: wakes it to stop
+  bool stopping_ = false;                          // guarded by sessions_mu_
+  std::thread reaper_;                             // none when the idle timeout is zero
+  WorkerPool pool_;                                // last: its threads stop before the factories go
 };
 
 }  // namespace treespec

@@ -29,9 +29,11 @@ constexpr int kVocab = 512;  // SmallLlamaConfig's
 
 class DrafterServiceTest : public ::testing::Test {
  protected:
-  void Start(bool with_draft_model, DrafterKind default_kind = DrafterKind::kNgram) {
+  void Start(bool with_draft_model, DrafterKind default_kind = DrafterKind::kNgram,
+             absl::Duration idle_timeout = absl::Seconds(60)) {
     DrafterServiceOptions options;
     options.default_kind = default_kind;
+    options.session_idle_timeout = idle_timeout;
     options.vocab_size = kVocab;
     options.worker_threads = 2;
     std::unique_ptr<DrafterFactory> draft_model;
@@ -312,6 +314,58 @@ TEST_F(DrafterServiceTest, DraftModelRoundTrip) {
   ASSERT_TRUE(stream->WritesDone());
   EXPECT_TRUE(stream->Finish().ok());
   EXPECT_TRUE(WaitForNoSessions());
+}
+
+// The value of the (unlabelled) counter or gauge `name` in the drafter's metrics; -1 if absent.
+double MetricValue(const DrafterMetrics& metrics, const std::string& name) {
+  for (const prometheus::MetricFamily& family : metrics.Collect()) {
+    if (family.name != name || family.metric.empty()) continue;
+    return family.type == prometheus::MetricType::Gauge ? family.metric[0].gauge.value
+                                                        : family.metric[0].counter.value;
+  }
+  return -1;
+}
+
+// A verifier that died or hung without closing its streams (here: a client that opens a
+// session and then goes silent, neither cancelling nor half-closing) loses the session after
+// the idle timeout, with a status that says so; one that keeps committing keeps its session.
+TEST_F(DrafterServiceTest, SilentVerifierSessionIsReapedAfterTheIdleTimeout) {
+  Start(false, DrafterKind::kNgram, absl::Seconds(1));
+  const std::vector<int32_t> prompt = Repetitive(30, 3);
+  v1::DraftResponse response;
+  grpc::ClientContext silent_ctx;
+  std::unique_ptr<Stream> silent = stub_->Draft(&silent_ctx);
+  ASSERT_TRUE(silent->Write(Open(prompt)));
+  ASSERT_TRUE(silent->Write(Commit(0, {prompt[2]})));
+  ASSERT_TRUE(silent->Read(&response));
+
+  grpc::ClientContext busy_ctx;
+  std::unique_ptr<Stream> busy = stub_->Draft(&busy_ctx);
+  ASSERT_TRUE(busy->Write(Open(prompt)));
+  ASSERT_TRUE(busy->Write(Commit(0, {prompt[0]})));
+  ASSERT_TRUE(busy->Read(&response));  // both sessions are open on the server now
+  const auto start = std::chrono::steady_clock::now();
+  for (int step = 1; service_->active_sessions() == 2 &&
+                     std::chrono::steady_clock::now() - start < std::chrono::seconds(30);
+       ++step) {
+    ASSERT_TRUE(busy->Write(Commit(step, {prompt[step % 7]})));
+    ASSERT_TRUE(busy->Read(&response));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // well inside the timeout
+  }
+  EXPECT_EQ(service_->active_sessions(), 1);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(900));
+  EXPECT_EQ(MetricValue(metrics_, "treespec_drafter_sessions_reaped_total"), 1);
+  EXPECT_EQ(MetricValue(metrics_, "treespec_drafter_sessions_active"), 1);
+  if (service_->active_sessions() != 1) silent_ctx.TryCancel();  // not reaped: don't hang
+  EXPECT_FALSE(silent->Read(&response));
+  const grpc::Status status = silent->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_THAT(status.error_message(), HasSubstr("--session_idle_timeout_s"));
+
+  ASSERT_TRUE(busy->WritesDone());
+  EXPECT_TRUE(busy->Finish().ok());
+  EXPECT_TRUE(WaitForNoSessions());
+  EXPECT_EQ(MetricValue(metrics_, "treespec_drafter_sessions_active"), 0);
 }
 
 }  // namespace

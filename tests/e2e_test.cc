@@ -1,12 +1,14 @@
 // The real binaries on loopback: treespec-drafter + treespec-verifier with the shipped tiny
-// pair. Concurrent streaming clients, a drafter killed mid-run, client cancel, SIGTERM, and
-// start-up failures on missing or corrupt model directories.
+// pair. Concurrent streaming clients, a drafter killed mid-run, a verifier hung or killed
+// mid-run, client cancel, SIGTERM, message size limits, and start-up failures on missing or
+// corrupt model directories.
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <thread>
 
@@ -18,6 +20,7 @@
 #include "tests/process.h"
 #include "tools/loadgen/http_get.h"
 #include "tools/loadgen/prometheus_text.h"
+#include "treespec/v1/drafter.grpc.pb.h"
 #include "treespec/v1/generation.grpc.pb.h"
 
 namespace treespec {
@@ -56,6 +59,10 @@ Outcome Generate(v1::Generation::Stub* stub, const std::string& text, v1::Specul
 // Both services drain for up to this long: room for a request to finish under a sanitizer
 // build (tools/sanitize.sh), where the CPU model runs several times slower.
 constexpr int kDrainSeconds = 120;
+// The drafter ends sessions whose verifier is silent this long; a running request commits every
+// few milliseconds (tens under a sanitizer).
+constexpr int kIdleTimeoutS = 5;
+constexpr int kMaxMessageBytes = 1 << 20;  // both services' receive limit
 
 class E2eTest : public ::testing::Test {
  protected:
@@ -64,18 +71,26 @@ class E2eTest : public ::testing::Test {
     drafter_ = std::make_unique<ChildProcess>(
         std::vector<std::string>{kBin + "/treespec-drafter", "--port=0",
                                  "--draft_model=" + kRoot + "/models/tiny-draft",
-                                 absl::StrCat("--drain_seconds=", kDrainSeconds)},
+                                 absl::StrCat("--drain_seconds=", kDrainSeconds),
+                                 absl::StrCat("--session_idle_timeout_s=", kIdleTimeoutS),
+                                 absl::StrCat("--max_message_bytes=", kMaxMessageBytes)},
         logs_ + "/drafter.log");
     const std::string drafter_metrics = drafter_->WaitForLine("metrics on", 60);
     ASSERT_FALSE(drafter_metrics.empty()) << drafter_->Stderr();
     drafter_metrics_port_ = PortOf(drafter_metrics);
     drafter_addr_ = drafter_->WaitForAddress(60);
     ASSERT_FALSE(drafter_addr_.empty()) << drafter_->Stderr();
+    StartVerifier();
+  }
+
+  // (Re)starts the verifier and connects stub_ to it.
+  void StartVerifier() {
     verifier_ = std::make_unique<ChildProcess>(
         std::vector<std::string>{kBin + "/treespec-verifier", "--port=0",
                                  "--model=" + kRoot + "/models/tiny-target",
                                  "--drafter=" + drafter_addr_, "--draft_timeout_ms=200",
-                                 absl::StrCat("--drain_seconds=", kDrainSeconds)},
+                                 absl::StrCat("--drain_seconds=", kDrainSeconds),
+                                 absl::StrCat("--max_message_bytes=", kMaxMessageBytes)},
         logs_ + "/verifier.log");
     // "treespec-verifier metrics on HOST:PORT" comes first, then the listening line.
     const std::string metrics = verifier_->WaitForLine("metrics on", 60);
@@ -178,6 +193,15 @@ double Metric(int port, const std::string& name) {
   return samples.ok() && !samples->empty() ? loadgen::SumSamples(*samples, name).sum : -1;
 }
 
+// Polls `condition` every 10 ms until it holds (true) or `timeout_s` pass (false).
+bool Eventually(const std::function<bool()>& condition, int timeout_s) {
+  for (int i = 0; i < timeout_s * 100; ++i) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
 // SIGTERM drains the drafter: its health goes NOT_SERVING, so the verifier opens no new session
 // there (a new request runs without drafts, same output), while the session of the request
 // already running keeps getting trees until that request ends; then the drafter exits 0.
@@ -186,8 +210,12 @@ TEST_F(E2eTest, DrafterSigtermKeepsDraftingRunningSessions) {
   grpc::ClientContext ctx;
   auto reader = stub_->Generate(&ctx, TextRequest(kPrompts[0], v1::SPECULATION_MODE_AUTO, kMaxNew));
   v1::GenerateResponse response;
-  ASSERT_TRUE(reader->Read(&response));  // running, its session open
+  ASSERT_TRUE(reader->Read(&response));  // running
   int tokens = response.token_ids_size();
+  // Its session is open (the verifier connects to the drafter at its first session, which can
+  // take longer than the first step on a loaded machine).
+  ASSERT_TRUE(Eventually(
+      [&] { return Metric(drafter_metrics_port_, "treespec_drafter_sessions_active") == 1; }, 60));
   drafter_->Signal(SIGTERM);
   ASSERT_TRUE(BecomesNotServing(drafter_addr_));
   const double trees_at_signal = Metric(drafter_metrics_port_, "treespec_drafter_trees_total");
@@ -266,6 +294,63 @@ TEST_F(E2eTest, ClientCancelFreesKvPages) {
   }
   EXPECT_EQ(after.requests_running(), 0);
   EXPECT_EQ(after.kv_pages_free(), after.kv_cache_pages());
+}
+
+// A verifier that hangs (SIGSTOP: its connections stay open and silent) loses its drafter
+// session after the drafter's --session_idle_timeout_s; one that is killed (its kernel closes
+// the connections) loses it at once, without the timeout. The drafter then serves the
+// restarted verifier.
+TEST_F(E2eTest, HungOrKilledVerifierLosesItsDrafterSessions) {
+  const std::string active = "treespec_drafter_sessions_active";
+  const std::string reaped = "treespec_drafter_sessions_reaped_total";
+  for (const bool hang : {true, false}) {
+    SCOPED_TRACE(hang ? "hung verifier" : "killed verifier");
+    std::thread client([stub = stub_.get()] {  // ends when the verifier dies
+      Generate(stub, kPrompts[0], v1::SPECULATION_MODE_AUTO, 1900);
+    });
+    EXPECT_TRUE(Eventually([&] { return Metric(drafter_metrics_port_, active) == 1; }, 60));
+    const double reaped_before = Metric(drafter_metrics_port_, reaped);
+    verifier_->Signal(hang ? SIGSTOP : SIGKILL);
+    // Well before the default idle timeout (60 s) and keepalive (30 s + 10 s).
+    EXPECT_TRUE(Eventually([&] { return Metric(drafter_metrics_port_, active) == 0; }, 25));
+    EXPECT_EQ(Metric(drafter_metrics_port_, reaped), reaped_before + (hang ? 1 : 0));
+    if (hang) verifier_->Signal(SIGKILL);
+    EXPECT_EQ(verifier_->Wait(30), 128 + SIGKILL);
+    client.join();
+    StartVerifier();
+  }
+  EXPECT_THAT(drafter_->Stderr(), HasSubstr("nothing from its verifier"));
+  const Outcome after = Generate(stub_.get(), kPrompts[2], v1::SPECULATION_MODE_AUTO, 32);
+  ASSERT_TRUE(after.status.ok()) << after.status.error_message();
+  EXPECT_GT(after.last.speculation().drafted_tokens(), 0);
+}
+
+// Both services refuse a message over --max_message_bytes with RESOURCE_EXHAUSTED (the verifier
+// reports its limit in GetModelInfo) and serve the next request.
+TEST_F(E2eTest, MessagesOverTheSizeLimitAreRefused) {
+  grpc::ClientContext info_context;
+  v1::ModelInfo info;
+  ASSERT_TRUE(stub_->GetModelInfo(&info_context, v1::GetModelInfoRequest(), &info).ok());
+  EXPECT_EQ(info.max_message_bytes(), kMaxMessageBytes);
+  const Outcome big =
+      Generate(stub_.get(), std::string(kMaxMessageBytes + 100, 'x'), v1::SPECULATION_MODE_OFF, 8);
+  EXPECT_EQ(big.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << big.status.error_message();
+
+  auto drafter =
+      v1::Drafter::NewStub(grpc::CreateChannel(drafter_addr_, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  auto stream = drafter->Draft(&context);
+  v1::DraftRequest open;
+  open.mutable_open()->mutable_prompt_ids()->Resize(kMaxMessageBytes / 2 + 1, 4095);  // 2 B each
+  stream->Write(open);
+  v1::DraftResponse response;
+  EXPECT_FALSE(stream->Read(&response));
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+
+  const Outcome good = Generate(stub_.get(), kPrompts[2], v1::SPECULATION_MODE_AUTO, 16);
+  ASSERT_TRUE(good.status.ok()) << good.status.error_message();
+  EXPECT_GT(good.last.speculation().drafted_tokens(), 0);
 }
 
 // Both servers close a connection once it reaches --max_connection_age_s (GOAWAY), so clients

@@ -2,11 +2,15 @@
 
 #include <chrono>
 
+#include "common/rpc/bearer_auth.h"
+
 namespace treespec::testing {
 
-Outcome Generate(v1::Generation::Stub* stub, const v1::GenerateRequest& request, double timeout_s) {
+Outcome Generate(v1::Generation::Stub* stub, const v1::GenerateRequest& request, double timeout_s,
+                 const std::string& bearer_token) {
   Outcome out;
   grpc::ClientContext ctx;
+  AddBearerToken(bearer_token, &ctx);
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1e3)));
   auto reader = stub->Generate(&ctx, request);

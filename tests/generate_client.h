@@ -18,9 +18,9 @@ struct Outcome {
   v1::GenerateResponse last;  // the final message (usage, stats)
 };
 
-// Runs one Generate call to the end.
+// Runs one Generate call to the end, with `bearer_token` as its authorization unless empty.
 Outcome Generate(v1::Generation::Stub* stub, const v1::GenerateRequest& request,
-                 double timeout_s = 300);
+                 double timeout_s = 300, const std::string& bearer_token = "");
 
 // A text prompt, greedy, ignoring EOS so every run has the same length, with text deltas.
 v1::GenerateRequest TextRequest(const std::string& text, v1::SpeculationMode mode, int max_new);

@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/generate_client.h"
+#include "tests/local_verifier.h"
 #include "treespec/v1/generation.grpc.pb.h"
 #include "verifier_service/drafter_client.h"
 #include "verifier_service/engine.h"
@@ -63,58 +64,35 @@ class ServiceTest : public ::testing::Test {
   void SetUp() override {
     drafter_ = StartDrafter();
     ASSERT_NE(drafter_.port, 0);
-    LmOptions lm;
-    lm.max_batch = 8;
-    auto model = LoadCpuCausalLm(kRoot + "/models/tiny-target", lm);
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = *std::move(model);
-    auto tok = LoadTokenizer(kRoot + "/models/tiny-target/tokenizer.json");
-    ASSERT_TRUE(tok.ok()) << tok.status();
-    tokenizer_ = *std::move(tok);
-    drafts_ = std::make_unique<GrpcDraftSource>("127.0.0.1:" + std::to_string(drafter_.port));
-    EngineOptions options;
-    options.max_batch = 8;
-    options.draft_timeout = absl::Milliseconds(200);  // generous: CI machines are slow
-    engine_ = std::make_unique<Engine>(model_.get(), tokenizer_.get(), drafts_.get(), options);
-    ServiceInfo info;
-    info.model_name = "tiny-target";
-    info.device = "cpu";
-    service_ =
-        std::make_unique<GenerationService>(engine_.get(), model_.get(), tokenizer_.get(), info);
-    grpc::EnableDefaultHealthCheckService(true);
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
-    builder.RegisterService(service_.get());
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(port_, 0);
-    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(port_),
-                                   grpc::InsecureChannelCredentials());
-    stub_ = v1::Generation::NewStub(channel_);
+    absl::StatusOr<testing::TinyTarget> target = testing::LoadTinyTarget(8);
+    ASSERT_TRUE(target.ok()) << target.status();
+    model_ = std::move(target->model);
+    tokenizer_ = std::move(target->tokenizer);
+    testing::LocalVerifierOptions options;
+    options.drafter = "127.0.0.1:" + std::to_string(drafter_.port);
+    options.engine.max_batch = 8;
+    options.engine.draft_timeout = absl::Milliseconds(200);  // generous: CI machines are slow
+    options.info.model_name = "tiny-target";
+    options.info.device = "cpu";
+    verifier_ = std::make_unique<testing::LocalVerifier>(model_.get(), tokenizer_.get(), options);
+    ASSERT_TRUE(verifier_->ok());
+    engine_ = verifier_->engine();
+    drafts_ = verifier_->drafts();
+    stub_ = verifier_->stub();
   }
 
   void TearDown() override {
-    if (server_) server_->Shutdown(std::chrono::system_clock::now());
-    if (engine_) engine_->Shutdown();
+    verifier_.reset();
     if (drafter_.server) drafter_.server->Shutdown(std::chrono::system_clock::now());
-  }
-
-  v1::ModelInfo Info() {
-    grpc::ClientContext ctx;
-    v1::ModelInfo info;
-    EXPECT_TRUE(stub_->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).ok());
-    return info;
   }
 
   Drafter drafter_;
   std::unique_ptr<CausalLm> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<GrpcDraftSource> drafts_;
-  std::unique_ptr<Engine> engine_;
-  std::unique_ptr<GenerationService> service_;
-  std::unique_ptr<grpc::Server> server_;
-  int port_ = 0;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::Generation::Stub> stub_;
+  std::unique_ptr<testing::LocalVerifier> verifier_;
+  Engine* engine_ = nullptr;           // verifier_'s
+  GrpcDraftSource* drafts_ = nullptr;  // verifier_'s
+  v1::Generation::Stub* stub_ = nullptr;
 };
 
 // The first four code prompts.
@@ -123,7 +101,7 @@ const std::vector<std::string> kPrompts(CodePrompts().begin(), CodePrompts().beg
 TEST_F(ServiceTest, ConcurrentStreamsMatchPlainDecoding) {
   std::vector<Outcome> plain;
   for (const std::string& p : kPrompts) {
-    plain.push_back(Generate(stub_.get(), TextRequest(p, v1::SPECULATION_MODE_OFF, 40)));
+    plain.push_back(Generate(stub_, TextRequest(p, v1::SPECULATION_MODE_OFF, 40)));
     ASSERT_TRUE(plain.back().status.ok()) << plain.back().status.error_message();
     ASSERT_EQ(plain.back().ids.size(), 40u);
   }
@@ -134,8 +112,7 @@ TEST_F(ServiceTest, ConcurrentStreamsMatchPlainDecoding) {
   for (size_t m = 0; m < std::size(modes); ++m) {
     for (size_t i = 0; i < kPrompts.size(); ++i) {
       clients.emplace_back([&, m, i] {
-        spec[m * kPrompts.size() + i] =
-            Generate(stub_.get(), TextRequest(kPrompts[i], modes[m], 40));
+        spec[m * kPrompts.size() + i] = Generate(stub_, TextRequest(kPrompts[i], modes[m], 40));
       });
     }
   }
@@ -208,54 +185,46 @@ TEST_F(ServiceTest, BadInputGetsActionableStatusAndServerKeepsServing) {
   for (const Case& c : cases) {
     v1::GenerateRequest r = TextRequest("def f(x):\n    return", v1::SPECULATION_MODE_AUTO, 8);
     c.edit(r);
-    Outcome o = Generate(stub_.get(), r);
+    Outcome o = Generate(stub_, r);
     EXPECT_EQ(o.status.error_code(), c.code) << c.name << ": " << o.status.error_message();
     EXPECT_THAT(o.status.error_message(), HasSubstr(c.message)) << c.name;
     EXPECT_TRUE(o.ids.empty()) << c.name;
   }
   Outcome good =
-      Generate(stub_.get(), TextRequest("def f(x):\n    return", v1::SPECULATION_MODE_AUTO, 8));
+      Generate(stub_, TextRequest("def f(x):\n    return", v1::SPECULATION_MODE_AUTO, 8));
   EXPECT_TRUE(good.status.ok()) << good.status.error_message();
   EXPECT_EQ(good.ids.size(), 8u);
 }
 
 TEST_F(ServiceTest, ClientCancelFreesKvPages) {
-  const v1::ModelInfo before = Info();
+  const v1::ModelInfo before = verifier_->Info();
   ASSERT_EQ(before.kv_pages_free(), before.kv_cache_pages());
   grpc::ClientContext ctx;
   auto reader = stub_->Generate(&ctx, TextRequest(kPrompts[0], v1::SPECULATION_MODE_AUTO, 1500));
   v1::GenerateResponse r;
   ASSERT_TRUE(reader->Read(&r));
   ASSERT_TRUE(reader->Read(&r));
-  EXPECT_LT(Info().kv_pages_free(), before.kv_cache_pages());
+  EXPECT_LT(verifier_->Info().kv_pages_free(), before.kv_cache_pages());
   ctx.TryCancel();
   while (reader->Read(&r)) {
   }
   EXPECT_EQ(reader->Finish().error_code(), grpc::CANCELLED);
-  v1::ModelInfo after;
-  for (int i = 0; i < 500; ++i) {
-    after = Info();
-    if (after.requests_running() == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_EQ(after.requests_running(), 0);
-  EXPECT_EQ(after.kv_pages_free(), after.kv_cache_pages());
+  EXPECT_TRUE(verifier_->WaitForAllPagesFree(absl::Seconds(5)));
 }
 
 TEST_F(ServiceTest, DrafterGoingAwayChangesNoOutput) {
   const v1::GenerateRequest request = TextRequest(kPrompts[1], v1::SPECULATION_MODE_AUTO, 120);
-  const Outcome plain =
-      Generate(stub_.get(), TextRequest(kPrompts[1], v1::SPECULATION_MODE_OFF, 120));
+  const Outcome plain = Generate(stub_, TextRequest(kPrompts[1], v1::SPECULATION_MODE_OFF, 120));
   ASSERT_TRUE(plain.status.ok());
   Outcome spec;
-  std::thread client([&] { spec = Generate(stub_.get(), request); });
+  std::thread client([&] { spec = Generate(stub_, request); });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   drafter_.server->Shutdown(std::chrono::system_clock::now());  // cancels live sessions
   client.join();
   ASSERT_TRUE(spec.status.ok()) << spec.status.error_message();
   EXPECT_EQ(spec.ids, plain.ids);
   // New requests still work with no drafter at all.
-  Outcome after = Generate(stub_.get(), request);
+  Outcome after = Generate(stub_, request);
   ASSERT_TRUE(after.status.ok());
   EXPECT_EQ(after.ids, plain.ids);
 }
@@ -342,7 +311,7 @@ TEST_F(ServiceTest, MetricsCountWhatClientsSaw) {
   drafts_->SetMetrics(&metrics);
   ServiceInfo info;
   info.model_name = "tiny-target";
-  GenerationService service(engine_.get(), model_.get(), tokenizer_.get(), info, &metrics);
+  GenerationService service(engine_, model_.get(), tokenizer_.get(), info, &metrics);
   LocalServer local = Serve(service);
   ASSERT_NE(local.stub, nullptr);
   v1::Generation::Stub* stub = local.stub.get();
@@ -404,7 +373,7 @@ TEST_F(ServiceTest, LoadingServiceIsUnavailableUntilActivated) {
   }
   ServiceInfo info;
   info.model_name = "tiny-target";
-  loading.Activate(engine_.get(), model_.get(), tokenizer_.get(), info);
+  loading.Activate(engine_, model_.get(), tokenizer_.get(), info);
   const Outcome served = Generate(stub, request);
   ASSERT_TRUE(served.status.ok()) << served.status.error_message();
   EXPECT_EQ(served.ids.size(), 8u);
@@ -412,14 +381,14 @@ TEST_F(ServiceTest, LoadingServiceIsUnavailableUntilActivated) {
 }
 
 TEST_F(ServiceTest, ModelInfoAndHealth) {
-  const v1::ModelInfo info = Info();
+  const v1::ModelInfo info = verifier_->Info();
   EXPECT_EQ(info.vocab_size(), 4096);
   EXPECT_EQ(info.context_length(), 2048);
   EXPECT_EQ(info.architecture(), "LlamaForCausalLM");
   EXPECT_EQ(info.num_layers(), 6);
   EXPECT_THAT(info.eos_token_ids(), ::testing::ElementsAre(0));
   EXPECT_EQ(info.max_prompt_tokens(), 2047);
-  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  grpc::HealthCheckServiceInterface* health = verifier_->server()->GetHealthCheckService();
   ASSERT_NE(health, nullptr);
 }
 

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs the Debian packages treespec builds against, only those that are missing.
+# Arguments name extra packages a caller needs (tools/fuzz.sh: clang and its libFuzzer runtime).
 set -euo pipefail
 pkgs=(cmake g++ make pkg-config libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
   protobuf-compiler libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
   libopenblas-dev libpcre2-dev libicu-dev prometheus-cpp-dev libcivetweb-dev python3
   python3-yaml python3-jsonschema  # tests/deploy's manifest checker
   openssl)  # tls_test makes its certificates with it
+pkgs+=("$@")
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -22,7 +22,11 @@ class DraftStream {
   virtual void Commit(int64_t step, std::vector<int32_t> tokens) = 0;
   // The tree answering commit `step`, once it has arrived (stale steps are dropped).
   virtual std::optional<DraftedTree> TakeTree(int64_t step) = 0;
-  // True once the stream has ended: no more trees will come.
+  // Trees dropped on arrival since the last call because their step answers no commit sent
+  // (ahead of the newest commit, or negative): garbage, which the engine counts as bad trees.
+  virtual int64_t TakeMisnumberedTrees() = 0;
+  // True while no tree can come for the newest commit: the session has ended (an
+  // implementation may open a new one at a later commit).
   virtual bool broken() const = 0;
 };
 

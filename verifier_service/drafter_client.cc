@@ -1,5 +1,8 @@
 #include "verifier_service/drafter_client.h"
 
+#include <grpc/grpc.h>
+#include <grpcpp/support/channel_arguments.h>
+
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -15,13 +18,16 @@ namespace treespec {
 
 namespace {
 
-// The reactor owns itself: it lives until gRPC calls OnDone, even after the engine has dropped
-// its handle (which only cancels the call). State shared with the engine sits behind mu_.
+// One Draft call. The reactor owns itself: it lives until gRPC calls OnDone, even after the
+// stream has dropped it (which only cancels the call). State shared with the engine sits behind
+// mu_.
 class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1::DraftResponse> {
  public:
+  // `params.prompt` is the request's whole context so far. `retry`: this reopens a session that
+  // broke, so a failure to open is expected while the drafter is down and logged quietly.
   SessionReactor(v1::Drafter::Stub* stub, const DraftOpenParams& params,
-                 std::function<void()> on_arrival, ServingMetrics* metrics)
-      : on_arrival_(std::move(on_arrival)), metrics_(metrics) {
+                 std::function<void()> on_arrival, ServingMetrics* metrics, bool retry)
+      : on_arrival_(std::move(on_arrival)), metrics_(metrics), retry_(retry) {
     v1::DraftRequest open;
     v1::DraftOpen* o = open.mutable_open();
     o->set_request_id(params.request_id);
@@ -34,8 +40,8 @@ class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1
     writing_ = true;
     StartWrite(&pending_.front());
     StartRead(&response_);
-    // The hold keeps OnDone (and the reactor) back until the engine detaches, so the engine's
-    // handle never dangles; a dead stream shows up as a failed read instead.
+    // The hold keeps OnDone (and the reactor) back until the stream detaches, so the stream's
+    // pointer never dangles; a dead call shows up as a failed read instead.
     AddHold();
     StartCall();
   }
@@ -63,13 +69,24 @@ class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1
     return out;
   }
 
+  int64_t TakeMisnumbered() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::exchange(misnumbered_, 0);
+  }
+
   bool broken() const {
     std::lock_guard<std::mutex> lock(mu_);
     return finished_;
   }
 
-  // The engine is done with this session: cancel the call; OnDone frees the reactor.
-  // Returns only once no arrival callback is running, so the engine may be destroyed next.
+  // Whether a well-numbered tree ever arrived: the drafter was up and serving this session.
+  bool delivered() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return delivered_;
+  }
+
+  // The stream is done with this call: cancel it; OnDone frees the reactor. Returns only once
+  // no arrival callback is running, so the engine may be destroyed next.
   void Detach() {
     {
       std::lock_guard<std::mutex> lock(notify_mu_);
@@ -100,24 +117,26 @@ class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1
   void OnReadDone(bool ok) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (ok) {
-        const v1::DraftTree& t = response_.tree();
+      if (!ok) {
+        finished_ = true;  // the drafter closed or failed the stream (the stream reopens it)
+      } else if (const v1::DraftTree& t = response_.tree();
+                 t.step() < 0 || t.step() > last_commit_step_) {
+        ++misnumbered_;  // answers no commit sent: garbage (an older step is merely stale)
+      } else {
         DraftedTree tree;
         tree.tokens.assign(t.tokens().begin(), t.tokens().end());
         tree.parents.assign(t.parents().begin(), t.parents().end());
         tree.logprobs.assign(t.logprobs().begin(), t.logprobs().end());
         latest_step_ = t.step();
         latest_ = std::move(tree);
+        delivered_ = true;
         if (metrics_ != nullptr && latest_step_ == last_commit_step_) {
           metrics_->ObserveDrafterRoundTrip(absl::ToDoubleSeconds(absl::Now() - last_commit_sent_));
         }
-      } else {
-        finished_ = true;  // the drafter closed or failed the stream
-        if (!detached_) TS_LOG(kWarning, "draft stream ended; continuing without speculation");
       }
     }
     // Not under mu_: the engine takes its own lock and then ours in TakeTree. Under notify_mu_,
-    // which Detach takes too, so the callback never runs after the engine let go.
+    // which Detach takes too, so the callback never runs after the stream let go.
     {
       std::lock_guard<std::mutex> lock(notify_mu_);
       if (on_arrival_) on_arrival_();
@@ -125,10 +144,14 @@ class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1
     if (ok) StartRead(&response_);
   }
 
-  // Runs once the engine has detached and every operation has finished.
+  // Runs once the stream has detached and every operation has finished.
   void OnDone(const grpc::Status& status) override {
     if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED) {
-      TS_LOG(kWarning, "draft session ended: %s", status.error_message());
+      if (retry_ && !delivered_) {
+        TS_LOG(kDebug, "reopening a draft session failed: %s", status.error_message());
+      } else {
+        TS_LOG(kWarning, "draft session ended: %s", status.error_message());
+      }
     }
     delete this;
   }
@@ -143,27 +166,95 @@ class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1
   bool writing_ = false;
   bool finished_ = false;
   bool detached_ = false;
+  bool delivered_ = false;
   std::optional<DraftedTree> latest_;
   int64_t latest_step_ = -1;
+  int64_t misnumbered_ = 0;
   ServingMetrics* const metrics_;  // may be null
+  const bool retry_;
   int64_t last_commit_step_ = -1;  // the newest commit and when it was handed to gRPC
   absl::Time last_commit_sent_;
 };
 
+// One request's drafting: a session, and a new one (after a backoff) whenever it breaks. Used
+// by the engine thread only.
 class GrpcDraftStream final : public DraftStream {
  public:
-  explicit GrpcDraftStream(SessionReactor* reactor) : reactor_(reactor) {}
-  ~GrpcDraftStream() override { reactor_->Detach(); }
+  GrpcDraftStream(v1::Drafter::Stub* stub, DraftOpenParams params, std::function<void()> on_arrival,
+                  ServingMetrics* metrics, const BackoffOptions& reconnect)
+      : stub_(stub),
+        open_(std::move(params)),
+        on_arrival_(std::move(on_arrival)),
+        metrics_(metrics),
+        backoff_(reconnect) {
+    session_ = new SessionReactor(stub_, open_, on_arrival_, metrics_, /*retry=*/false);
+  }
+  ~GrpcDraftStream() override {
+    if (session_ != nullptr) session_->Detach();
+  }
 
   void Commit(int64_t step, std::vector<int32_t> tokens) override {
-    reactor_->Commit(step, std::move(tokens));
+    const absl::Time now = absl::Now();
+    if (session_ != nullptr && session_->broken()) DropSession(now);
+    if (session_ == nullptr && now >= next_attempt_) {
+      // Its context is everything before this commit, which it then gets like any other.
+      session_ = new SessionReactor(stub_, open_, on_arrival_, metrics_, /*retry=*/true);
+      if (metrics_ != nullptr) metrics_->OnDraftSessionReopened();
+    }
+    open_.prompt.insert(open_.prompt.end(), tokens.begin(), tokens.end());
+    if (session_ != nullptr) session_->Commit(step, std::move(tokens));
   }
-  std::optional<DraftedTree> TakeTree(int64_t step) override { return reactor_->TakeTree(step); }
-  bool broken() const override { return reactor_->broken(); }
+
+  std::optional<DraftedTree> TakeTree(int64_t step) override {
+    return session_ != nullptr ? session_->TakeTree(step) : std::nullopt;
+  }
+
+  int64_t TakeMisnumberedTrees() override {
+    const int64_t n = std::exchange(misnumbered_, 0);
+    return session_ != nullptr ? n + session_->TakeMisnumbered() : n;
+  }
+
+  bool broken() const override { return session_ == nullptr || session_->broken(); }
 
  private:
-  SessionReactor* reactor_;  // alive until Detach releases its hold
+  // The session broke: let it go and set when the next one may open.
+  void DropSession(absl::Time now) {
+    misnumbered_ += session_->TakeMisnumbered();
+    const bool was_serving = session_->delivered();
+    if (was_serving) backoff_.Reset();  // a fresh failure, not one more failed attempt
+    const absl::Duration delay = backoff_.NextDelay();
+    next_attempt_ = now + delay;
+    if (was_serving) {
+      TS_LOG(kWarning,
+             "request %s: draft session ended; without speculation until it reopens "
+             "(first try in %s)",
+             open_.request_id, absl::FormatDuration(delay));
+    }
+    session_->Detach();
+    session_ = nullptr;
+  }
+
+  v1::Drafter::Stub* const stub_;
+  DraftOpenParams open_;  // prompt: the request's whole context so far (prompt + commits)
+  const std::function<void()> on_arrival_;
+  ServingMetrics* const metrics_;  // may be null
+  Backoff backoff_;
+  SessionReactor* session_ = nullptr;  // null between a break and the next attempt
+  absl::Time next_attempt_ = absl::InfinitePast();
+  int64_t misnumbered_ = 0;  // from sessions already dropped
 };
+
+// Channel-level reconnects (a drafter address that refused or dropped the connection) back off
+// like the sessions do.
+grpc::ChannelArguments LinkArguments(const DrafterLinkOptions& options) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(options.reconnect.initial)));
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(options.reconnect.max)));
+  args.SetMaxReceiveMessageSize(options.max_message_bytes);
+  return args;
+}
 
 }  // namespace
 
@@ -171,15 +262,17 @@ class GrpcDraftStream final : public DraftStream {
 // through dns:///), skipping those whose grpc.health.v1 status is not SERVING (a draining or
 // loading drafter); each session is one stream, so it stays on the replica that opened it.
 GrpcDraftSource::GrpcDraftSource(const std::string& target,
-                                 std::shared_ptr<grpc::ChannelCredentials> credentials)
+                                 std::shared_ptr<grpc::ChannelCredentials> credentials,
+                                 DrafterLinkOptions options)
     : target_(target),
-      channel_(HealthCheckedChannel(target, std::move(credentials))),
+      options_(options),
+      channel_(HealthCheckedChannel(target, std::move(credentials), LinkArguments(options))),
       stub_(v1::Drafter::NewStub(channel_)) {}
 
 std::unique_ptr<DraftStream> GrpcDraftSource::Open(const DraftOpenParams& params,
                                                    std::function<void()> on_arrival) {
-  return std::make_unique<GrpcDraftStream>(
-      new SessionReactor(stub_.get(), params, std::move(on_arrival), metrics_.load()));
+  return std::make_unique<GrpcDraftStream>(stub_.get(), params, std::move(on_arrival),
+                                           metrics_.load(), options_.reconnect);
 }
 
 }  // namespace treespec

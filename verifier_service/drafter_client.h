@@ -1,5 +1,7 @@
 // DraftSource over gRPC: one Drafter.Draft bidi stream per request, driven by a callback
-// reactor so the engine never blocks on the network.
+// reactor so the engine never blocks on the network. A session that breaks (drafter crash,
+// restart, hang-up, oversized message) is reopened with the request's whole context after a
+// jittered exponential backoff; the request runs without speculation meanwhile.
 #ifndef TREESPEC_VERIFIER_SERVICE_DRAFTER_CLIENT_H_
 #define TREESPEC_VERIFIER_SERVICE_DRAFTER_CLIENT_H_
 
@@ -10,30 +12,44 @@
 #include <memory>
 #include <string>
 
+#include "common/util/backoff.h"
 #include "treespec/v1/drafter.grpc.pb.h"
 #include "verifier_service/draft_source.h"
 #include "verifier_service/serving_metrics.h"
 
 namespace treespec {
 
+struct DrafterLinkOptions {
+  // Between attempts to reopen one request's broken session, and between the channel's attempts
+  // to reconnect to a drafter address (gRPC's own backoff, which defaults to a 120 s cap: far
+  // too long to notice a restarted drafter).
+  BackoffOptions reconnect;
+  // Largest DraftResponse accepted, in bytes; a larger one breaks the session
+  // (RESOURCE_EXHAUSTED), which is then reopened.
+  int max_message_bytes = 4 << 20;
+};
+
 class GrpcDraftSource final : public DraftSource {
  public:
   // `target` is any gRPC target ("127.0.0.1:50061", "dns:///drafter:50061", "ipv4:a:p,b:q").
   // Sessions are spread round-robin over the addresses it resolves to that report SERVING on
   // grpc.health.v1, so adding drafter replicas behind a headless Service spreads the load.
-  // `credentials`: plaintext when null (tls.h makes TLS ones).
+  // `credentials`: plaintext when null (tls.h makes TLS ones). `options` must pass
+  // ValidateBackoffOptions.
   explicit GrpcDraftSource(const std::string& target,
-                           std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
+                           std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr,
+                           DrafterLinkOptions options = {});
 
   std::unique_ptr<DraftStream> Open(const DraftOpenParams& params,
                                     std::function<void()> on_arrival) override;
   std::string target() const override { return target_; }
-  // Where draft round-trip times go (null: nowhere); set before sessions open. Must outlive
-  // the sessions.
+  // Where draft round-trip times and session reopens go (null: nowhere); set before sessions
+  // open. Must outlive the sessions.
   void SetMetrics(ServingMetrics* metrics) { metrics_.store(metrics); }
 
  private:
   std::string target_;
+  DrafterLinkOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Drafter::Stub> stub_;
   std::atomic<ServingMetrics*> metrics_{nullptr};

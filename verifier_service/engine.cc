@@ -88,6 +88,10 @@ absl::Status Engine::Validate(GenerationRequest& r) const {
   const int vocab = model_->config().vocab_size;
   const int context = options_.context_length;
   const int prompt_len = static_cast<int>(r.prompt.size());
+  if (r.id.size() > kMaxRequestIdBytes) {
+    return InvalidArgument(absl::StrCat("request_id has ", r.id.size(), " bytes; at most ",
+                                        kMaxRequestIdBytes, " are allowed"));
+  }
   if (r.prompt.empty()) {
     return InvalidArgument("prompt is empty: set `text` or `token_ids` to at least one token");
   }
@@ -451,9 +455,10 @@ void Engine::Step(const std::vector<Active*>& members) {
                  std::string(valid.message()));
         }
         a->timeouts = 0;
-      } else if (a->draft != nullptr) {
-        ++a->timeouts;
+      } else if (a->draft != nullptr && !a->draft->broken()) {
+        ++a->timeouts;  // a slow drafter; a broken session is not, and is reopened instead
       }
+      if (a->draft != nullptr) a->stats.bad_trees += a->draft->TakeMisnumberedTrees();
       a->tree.reset();
       ToVerifyTree(a->bonus, drafted, &t.tokens, &t.parents);
       // Never write past the context window: a prefix of the nodes is still a tree.

@@ -43,6 +43,8 @@ absl::Status ValidateEngineOptions(const EngineOptions& options);
 inline constexpr size_t kMaxStopTokenIds = 64;
 inline constexpr size_t kMaxStopStrings = 16;
 inline constexpr size_t kMaxStopStringBytes = 256;
+// Every stream message and log line of the request carries its id.
+inline constexpr size_t kMaxRequestIdBytes = 256;
 
 // Receives a request's updates, on the engine thread. Must not block.
 class RequestSink {

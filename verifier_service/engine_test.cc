@@ -350,6 +350,7 @@ TEST_F(EngineTest, GarbageDraftsFailOpen) {
   EXPECT_THAT(spec.token_ids, ElementsAreArray(plain));
   EXPECT_EQ(spec.stats.accepted_tokens, 0);
   EXPECT_EQ(spec.stats.fallback_steps, spec.stats.steps);
+  EXPECT_EQ(spec.stats.bad_trees, spec.stats.steps);  // each one counted
 }
 
 // A drafter that never answers costs at most the deadline per step, then is not waited for.

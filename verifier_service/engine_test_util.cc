@@ -69,6 +69,7 @@ class MailboxDraftStream : public DraftStream {
     tree_.reset();
     return out;
   }
+  int64_t TakeMisnumberedTrees() override { return 0; }
   bool broken() const override { return broken_; }
 
  protected:
@@ -164,6 +165,7 @@ class DelayedDraftStream final : public DraftStream {
     box_->tree.reset();
     return out;
   }
+  int64_t TakeMisnumberedTrees() override { return 0; }
   bool broken() const override { return false; }
 
  private:

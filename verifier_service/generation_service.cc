@@ -1,63 +1,20 @@
 #include "verifier_service/generation_service.h"
 
-#include <deque>
 #include <memory>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
-#include "absl/time/time.h"
 #include "common/rpc/status_conversion.h"
 #include "verifier_service/proto_conversion.h"
+#include "verifier_service/response_outbox.h"
 
 namespace treespec {
 
 namespace {
 
-// Streams one request's updates. The engine holds the Outbox (as a RequestSink); the reactor
-// holds it too. Whichever ends first, the other never touches freed memory: the reactor clears
-// its pointer in OnDone under the outbox's lock.
-class GenerateReactor;
-
-class Outbox final : public RequestSink {
- public:
-  Outbox(GenerateReactor* reactor, std::string request_id, ServingMetrics* metrics)
-      : reactor_(reactor),
-        request_id_(std::move(request_id)),
-        metrics_(metrics),
-        arrived_(absl::Now()) {}
-  // Engine thread: queues the update and starts a write when none is in flight.
-  void OnUpdate(GenerationUpdate update) override;
-  // gRPC: the previous write finished (ok = false: the client is gone).
-  void OnWriteDone(bool ok);
-  // gRPC: the call was cancelled; finish it as soon as no write is in flight.
-  void Cancel();
-  // gRPC: the reactor is gone; later updates are dropped.
-  void Detach();
-
- private:
-  // Starts the next write, or finishes the call when nothing is left. Finish happens once.
-  void PumpLocked();
-
-  // Records the update's latencies and, when it is the last, the request's counts.
-  void ObserveLocked(const GenerationUpdate& update);
-
-  std::mutex mu_;
-  GenerateReactor* reactor_;
-  std::string request_id_;
-  ServingMetrics* metrics_;  // may be null
-  absl::Time arrived_;
-  absl::Time last_tokens_;  // when tokens last reached the stream
-  bool seen_tokens_ = false;
-  std::deque<v1::GenerateResponse> queue_;  // front() is in flight while writing_
-  bool writing_ = false;
-  bool last_queued_ = false;  // the final update has been queued
-  bool cancelled_ = false;
-  bool finish_called_ = false;
-  grpc::Status final_status_;
-};
-
-class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+// One Generate call: validates and submits the request; its ResponseOutbox streams the updates.
+class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse>,
+                              public ResponseWriter {
  public:
   GenerateReactor(Engine* engine, const v1::GenerateRequest& request, const Tokenizer* tokenizer,
                   int32_t bos, std::string request_id, ServingMetrics* metrics)
@@ -70,7 +27,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
       Finish(ToGrpcStatus(status));
       return;
     }
-    outbox_ = std::make_shared<Outbox>(this, converted->id, metrics);
+    outbox_ = std::make_shared<ResponseOutbox>(this, converted->id, metrics);
     absl::StatusOr<uint64_t> handle = engine_->Submit(*std::move(converted), outbox_);
     if (!handle.ok()) {
       outbox_->Detach();
@@ -82,10 +39,13 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
     submitted_ = true;
   }
 
+  void Send(const v1::GenerateResponse* response) override { StartWrite(response); }
+  void Close(const grpc::Status& status) override { Finish(status); }
+
   void OnWriteDone(bool ok) override { outbox_->OnWriteDone(ok); }
 
-  // The client cancelled or went away: stop the request (frees its KV pages at the next step)
-  // and finish the call, which gRPC needs before it calls OnDone.
+  // The client cancelled, went away or passed its deadline: stop the request (frees its KV
+  // pages at the next step) and finish the call, which gRPC needs before it calls OnDone.
   void OnCancel() override {
     std::lock_guard<std::mutex> lock(mu_);
     if (!submitted_) return;
@@ -106,76 +66,11 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
 
  private:
   Engine* engine_;
-  std::shared_ptr<Outbox> outbox_;
+  std::shared_ptr<ResponseOutbox> outbox_;
   std::mutex mu_;
   uint64_t handle_ = 0;
   bool submitted_ = false;
 };
-
-void Outbox::ObserveLocked(const GenerationUpdate& update) {
-  if (metrics_ == nullptr) return;
-  if (!update.token_ids.empty()) {
-    const absl::Time now = absl::Now();
-    if (seen_tokens_) {
-      metrics_->ObserveInterTokenLatency(absl::ToDoubleSeconds(now - last_tokens_));
-    } else {
-      metrics_->ObserveTimeToFirstToken(absl::ToDoubleSeconds(now - arrived_));
-      seen_tokens_ = true;
-    }
-    last_tokens_ = now;
-  }
-  if (update.finished) metrics_->OnFinished(update);
-}
-
-void Outbox::OnUpdate(GenerationUpdate update) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ObserveLocked(update);  // also when the client is gone: the work was done
-  if (reactor_ == nullptr || last_queued_ || cancelled_) return;
-  if (update.finished) {
-    last_queued_ = true;
-    final_status_ = ToGrpcStatus(update.status);
-    // A failed request ends with its status; tokens already streamed stay with the client.
-    if (!update.status.ok()) {
-      PumpLocked();
-      return;
-    }
-  }
-  queue_.push_back(ToProto(update, request_id_));
-  PumpLocked();
-}
-
-void Outbox::OnWriteDone(bool ok) {
-  std::lock_guard<std::mutex> lock(mu_);
-  writing_ = false;
-  queue_.pop_front();
-  if (!ok) cancelled_ = true;  // the stream is broken: nothing more can be written
-  PumpLocked();
-}
-
-void Outbox::Cancel() {
-  std::lock_guard<std::mutex> lock(mu_);
-  cancelled_ = true;
-  PumpLocked();
-}
-
-void Outbox::Detach() {
-  std::lock_guard<std::mutex> lock(mu_);
-  reactor_ = nullptr;
-}
-
-void Outbox::PumpLocked() {
-  if (reactor_ == nullptr || writing_ || finish_called_) return;
-  if (cancelled_) {
-    finish_called_ = true;
-    reactor_->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "request cancelled"));
-  } else if (!queue_.empty()) {
-    writing_ = true;
-    reactor_->StartWrite(&queue_.front());
-  } else if (last_queued_) {
-    finish_called_ = true;
-    reactor_->Finish(final_status_);
-  }
-}
 
 // The answer while the model loads: the server listens early so health probes see NOT_SERVING.
 grpc::Status LoadingStatus() {
@@ -183,7 +78,7 @@ grpc::Status LoadingStatus() {
                       "the model is still loading; retry when the health status is SERVING");
 }
 
-// Ends a Generate call at once (the status is set by the caller through Finish).
+// Ends a Generate call at once (the status is set by the caller through Finish): a refusal.
 class LoadingReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
   void OnDone() override { delete this; }
@@ -207,11 +102,16 @@ void GenerationService::Activate(Engine* engine, const CausalLm* model, const To
   active_.store(true, std::memory_order_release);
 }
 
+grpc::Status GenerationService::Admit(const grpc::CallbackServerContext& context) const {
+  if (grpc::Status auth = auth_.Check(context); !auth.ok()) return auth;
+  return active_.load(std::memory_order_acquire) ? grpc::Status::OK : LoadingStatus();
+}
+
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
-    grpc::CallbackServerContext* /*context*/, const v1::GenerateRequest* request) {
-  if (!active_.load(std::memory_order_acquire)) {
+    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+  if (grpc::Status refused = Admit(*context); !refused.ok()) {
     auto* reactor = new LoadingReactor();
-    reactor->Finish(LoadingStatus());
+    reactor->Finish(refused);
     return reactor;
   }
   std::string id = request->request_id();
@@ -223,9 +123,9 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
 grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerContext* context,
                                                           const v1::GetModelInfoRequest*,
                                                           v1::ModelInfo* info) {
-  if (!active_.load(std::memory_order_acquire)) {
+  if (grpc::Status refused = Admit(*context); !refused.ok()) {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(LoadingStatus());
+    reactor->Finish(refused);
     return reactor;
   }
   const ModelConfig& c = model_->config();
@@ -244,6 +144,7 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerCo
   info->set_max_tree_budget(o.max_tree_budget);
   info->set_default_max_depth(o.default_max_depth);
   info->set_drafter_target(info_.drafter_target);
+  info->set_max_message_bytes(info_.max_message_bytes);
   info->set_max_batch_size(o.max_batch);
   info->set_max_prompt_tokens(engine_->context_length() - 1);
   info->set_default_max_new_tokens(o.default_max_new_tokens);

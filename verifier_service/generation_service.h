@@ -6,6 +6,7 @@
 #include <atomic>
 #include <string>
 
+#include "common/rpc/bearer_auth.h"
 #include "common/tokenizer/tokenizer.h"
 #include "treespec/v1/generation.grpc.pb.h"
 #include "verifier_service/engine.h"
@@ -18,6 +19,7 @@ struct ServiceInfo {
   std::string device;
   int tensor_parallel = 1;
   std::string drafter_target;
+  int max_message_bytes = 0;  // the server's receive limit, as configured on its builder
 };
 
 class GenerationService final : public v1::Generation::CallbackService {
@@ -33,6 +35,9 @@ class GenerationService final : public v1::Generation::CallbackService {
   // latencies and, when it ends, its counts.
   void Activate(Engine* engine, const CausalLm* model, const Tokenizer* tokenizer, ServiceInfo info,
                 ServingMetrics* metrics = nullptr);
+  // From now on every call must carry one of `tokens` (common/rpc/bearer_auth.h); call before
+  // the server starts. By default no token is needed.
+  void RequireBearerTokens(BearerTokens tokens) { auth_ = std::move(tokens); }
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
@@ -41,6 +46,10 @@ class GenerationService final : public v1::Generation::CallbackService {
                                          v1::ModelInfo* response) override;
 
  private:
+  // OK, or why the call is refused: no accepted bearer token, else the model still loading.
+  grpc::Status Admit(const grpc::CallbackServerContext& context) const;
+
+  BearerTokens auth_;
   // Set by Activate before active_ (release); read after active_ (acquire).
   Engine* engine_ = nullptr;
   const CausalLm* model_ = nullptr;

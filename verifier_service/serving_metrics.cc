@@ -38,6 +38,8 @@ ServingMetrics::ServingMetrics(std::function<EngineSnapshot()> snapshot)
                       .Help("From sending a commit to the drafter to its draft tree's arrival")
                       .Register(*registry_)
                       .Add({}, LatencyBuckets());
+  session_reopens_ = counter("treespec_drafter_session_reopens_total",
+                             "Attempts to reopen a request's drafter session after it broke");
   requests_ = &prometheus::BuildCounter()
                    .Name("treespec_requests_total")
                    .Help("Requests ended, by finish reason (error: failed)")
@@ -69,6 +71,8 @@ void ServingMetrics::ObserveTimeToFirstToken(double seconds) { ttft_->Observe(se
 void ServingMetrics::ObserveInterTokenLatency(double seconds) { itl_->Observe(seconds); }
 
 void ServingMetrics::ObserveDrafterRoundTrip(double seconds) { drafter_rtt_->Observe(seconds); }
+
+void ServingMetrics::OnDraftSessionReopened() { session_reopens_->Increment(); }
 
 void ServingMetrics::OnFinished(const GenerationUpdate& u) {
   requests_->Add({{"reason", u.status.ok() ? FinishReasonName(u.finish_reason) : "error"}})

@@ -7,6 +7,8 @@
 //   histograms: treespec_time_to_first_token_seconds, treespec_inter_token_latency_seconds
 //     (the gap between two stream messages that brought tokens),
 //     treespec_drafter_round_trip_seconds (a commit sent to the drafter until its tree arrives)
+//   counters, added as it happens: treespec_drafter_session_reopens_total (attempts to reopen
+//     a request's drafter session after it broke; backoff-limited)
 //   counters, added when a request ends:
 //     treespec_requests_total{reason} (finish reason, or "error"),
 //     treespec_prompt_tokens_total, treespec_generation_tokens_total,
@@ -48,6 +50,8 @@ class ServingMetrics final : public prometheus::Collectable {
   void ObserveInterTokenLatency(double seconds);
   // A draft tree arrived `seconds` after the commit it answers was sent.
   void ObserveDrafterRoundTrip(double seconds);
+  // An attempt to reopen a request's drafter session that broke.
+  void OnDraftSessionReopened();
   // A request ended with `final_update` (finished set).
   void OnFinished(const GenerationUpdate& final_update);
 
@@ -62,6 +66,7 @@ class ServingMetrics final : public prometheus::Collectable {
   prometheus::Histogram* ttft_;
   prometheus::Histogram* itl_;
   prometheus::Histogram* drafter_rtt_;
+  prometheus::Counter* session_reopens_;
   prometheus::Family<prometheus::Counter>* requests_;
   prometheus::Counter* prompt_tokens_;
   prometheus::Counter* generation_tokens_;

@@ -20,7 +20,9 @@
 #include "common/backend/load_model.h"
 #include "common/metrics/metrics_http_server.h"
 #include "common/model/causal_lm.h"
+#include "common/rpc/bearer_auth.h"
 #include "common/rpc/connection_age.h"
+#include "common/rpc/keepalive.h"
 #include "common/rpc/tls.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/log.h"
@@ -57,6 +59,13 @@ ABSL_FLAG(int, drain_seconds, 30,
 ABSL_FLAG(int, metrics_port, 0,
           "HTTP port of the Prometheus /metrics endpoint on --host; 0 picks a free one (printed "
           "as 'metrics on HOST:PORT'), -1 turns it off");
+ABSL_FLAG(int, max_message_bytes, 4 << 20,
+          "largest message accepted, in bytes: a bigger request gets RESOURCE_EXHAUSTED (and is "
+          "reported by GetModelInfo); a bigger drafter response ends that draft session, which "
+          "is reopened");
+ABSL_FLAG(int, keepalive_s, 30,
+          "ping a client connection quiet for this long and drop it (cancelling its requests, "
+          "which frees their KV pages) when no answer comes within 10 s; 0 = off");
 ABSL_FLAG(int, max_connection_age_s, 300,
           "close client connections after this long (clients re-resolve and spread over new "
           "replicas); 0: never");
@@ -70,6 +79,10 @@ ABSL_FLAG(std::string, drafter_tls_ca, "",
 ABSL_FLAG(std::string, drafter_tls_cert, "",
           "PEM client certificate for drafters that require one (with --drafter_tls_key)");
 ABSL_FLAG(std::string, drafter_tls_key, "", "PEM private key of --drafter_tls_cert");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "file of accepted bearer tokens, one a line: Generation calls without "
+          "'authorization: Bearer <one of them>' get UNAUTHENTICATED (health and reflection stay "
+          "open); empty = no authentication");
 
 namespace {
 
@@ -120,8 +133,10 @@ absl::StatusOr<Loaded> Load(const treespec::EngineOptions& opts) {
                                           .key_flag = "--drafter_tls_key",
                                           .ca_flag = "--drafter_tls_ca"});
     if (!credentials.ok()) return credentials.status();
+    treespec::DrafterLinkOptions link;
+    link.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
     l.drafts = std::make_unique<treespec::GrpcDraftSource>(absl::GetFlag(FLAGS_drafter),
-                                                           *std::move(credentials));
+                                                           *std::move(credentials), link);
   }
   l.engine =
       std::make_unique<treespec::Engine>(l.model.get(), l.tokenizer.get(), l.drafts.get(), opts);
@@ -149,11 +164,17 @@ int main(int argc, char** argv) {
   }
   for (const auto& [name, value] :
        {std::pair{"--drain_seconds", absl::GetFlag(FLAGS_drain_seconds)},
-        std::pair{"--max_connection_age_s", absl::GetFlag(FLAGS_max_connection_age_s)}}) {
+        std::pair{"--max_connection_age_s", absl::GetFlag(FLAGS_max_connection_age_s)},
+        std::pair{"--keepalive_s", absl::GetFlag(FLAGS_keepalive_s)}}) {
     if (value < 0) {
       TS_LOG(kError, "%s=%d: must be >= 0", name, value);
       return 2;
     }
+  }
+  const int max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  if (max_message_bytes < 1) {
+    TS_LOG(kError, "--max_message_bytes=%d: must be >= 1", max_message_bytes);
+    return 2;
   }
 
   // Listen first, NOT_SERVING (and Generate answering UNAVAILABLE) while the model loads, so
@@ -169,12 +190,24 @@ int main(int argc, char** argv) {
     TS_LOG(kError, "%s", std::string(credentials.status().message()));
     return 2;
   }
+  absl::StatusOr<treespec::BearerTokens> tokens =
+      treespec::BearerTokens::Load(absl::GetFlag(FLAGS_auth_token_file), "--auth_token_file");
+  if (!tokens.ok()) {
+    TS_LOG(kError, "%s", std::string(tokens.status().message()));
+    return 2;
+  }
+  if (tokens->enabled() && absl::GetFlag(FLAGS_tls_cert).empty()) {
+    TS_LOG(kWarning, "--auth_token_file without --tls_cert: tokens cross the network in the clear");
+  }
+  service.RequireBearerTokens(*std::move(tokens));
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(
       absl::GetFlag(FLAGS_host) + ":" + std::to_string(absl::GetFlag(FLAGS_port)), *credentials,
       &port);
   builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(max_message_bytes);
+  treespec::SetServerKeepalive(builder, absl::GetFlag(FLAGS_keepalive_s));
   // A connection past its age may finish its calls for as long as a drain would.
   treespec::SetMaxConnectionAge(builder, absl::GetFlag(FLAGS_max_connection_age_s),
                                 absl::GetFlag(FLAGS_drain_seconds));
@@ -198,6 +231,7 @@ int main(int argc, char** argv) {
   info.device = model.device();
   info.tensor_parallel = model.tensor_parallel();
   info.drafter_target = absl::GetFlag(FLAGS_drafter);
+  info.max_message_bytes = max_message_bytes;
   treespec::ServingMetrics metrics([&engine] { return engine.Snapshot(); });
   std::unique_ptr<treespec::MetricsHttpServer> metrics_server;
   if (const int metrics_port = absl::GetFlag(FLAGS_metrics_port); metrics_port >= 0) {

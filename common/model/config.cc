@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <numbers>
 #include <optional>
 #include <sstream>
@@ -36,6 +37,16 @@ absl::Status Invalid(absl::string_view field, absl::string_view what) {
 }
 absl::Status Unsupported(absl::string_view field, absl::string_view what) {
   return FieldError(absl::StatusCode::kUnimplemented, field, what);
+}
+
+// The float the model will use for a number read as a double. Range checks belong on this
+// float, not on the double: 1e-60 is > 0 but rounds to 0, 1e39 is finite but not as a float
+// (and converting a double beyond float's range is undefined behaviour).
+absl::StatusOr<float> AsFloat(absl::string_view field, double v) {
+  if (!(std::abs(v) <= std::numeric_limits<float>::max())) {
+    return Invalid(field, absl::StrCat("must be a finite number within float range, got ", v));
+  }
+  return static_cast<float>(v);
 }
 
 // Reads fields of one JSON object; `prefix` ("" or "rope_scaling.") names them in errors.
@@ -135,11 +146,17 @@ absl::StatusOr<std::vector<int>> TokenIds(const FieldReader& r, absl::string_vie
   std::vector<int> ids;
   if (v == nullptr) return ids;
   auto add = [&](const Json& e) -> absl::Status {
-    if (!e.is_number_integer()) {
+    // An id past int32 would wrap to some other token.
+    const bool is_int32 = e.is_number_unsigned()
+                              ? e.get<uint64_t>() <= uint64_t{std::numeric_limits<int32_t>::max()}
+                              : e.is_number_integer() &&
+                                    e.get<int64_t>() >= std::numeric_limits<int32_t>::min() &&
+                                    e.get<int64_t>() <= std::numeric_limits<int32_t>::max();
+    if (!is_int32) {
       return Invalid(r.Name(key),
                      absl::StrCat("expected a token id or a list of them, got ", v->dump()));
     }
-    ids.push_back(e.get<int>());
+    ids.push_back(static_cast<int>(e.get<int64_t>()));
     return absl::OkStatus();
   };
   if (v->is_array()) {
@@ -194,10 +211,10 @@ absl::Status ParseRope(const Json& root, ModelConfig& config) {
       theta_field = s.Name("rope_theta");
     }
   }
-  if (!(theta > 1.0) || !std::isfinite(theta)) {
+  ASSIGN_OR_RETURN(config.rope_theta, AsFloat(theta_field, theta));
+  if (!(config.rope_theta > 1.0f)) {
     return Invalid(theta_field, absl::StrCat("must be a number > 1, got ", theta));
   }
-  config.rope_theta = static_cast<float>(theta);
 
   // Partial rotary embeddings (rotating only part of each head) are not implemented.
   auto check_partial = [](const FieldReader& r) -> absl::Status {
@@ -232,10 +249,11 @@ absl::Status ParseRope(const Json& root, ModelConfig& config) {
     } else {
       ASSIGN_OR_RETURN(v, s.NumberOr(key, fallback));
     }
-    if (!(v > 0.0) || !std::isfinite(v)) {
+    ASSIGN_OR_RETURN(const float narrowed, AsFloat(s.Name(key), v));
+    if (!(narrowed > 0.0f)) {
       return Invalid(s.Name(key), absl::StrCat("must be a positive number, got ", v));
     }
-    return v;
+    return v;  // the double: YaRN's attention factor is computed from it, as transformers does
   };
 
   if (t == "linear") {
@@ -250,13 +268,14 @@ absl::Status ParseRope(const Json& root, ModelConfig& config) {
     ASSIGN_OR_RETURN(double low, positive("low_freq_factor", true, 1.0));
     ASSIGN_OR_RETURN(double high, positive("high_freq_factor", true, 4.0));
     ASSIGN_OR_RETURN(int original, s.PositiveInt("original_max_position_embeddings"));
-    if (!(high > low)) {
-      return Invalid(s.Name("high_freq_factor"),
-                     absl::StrCat("must be greater than low_freq_factor (", low, "), got ", high));
-    }
     rs.factor = static_cast<float>(factor);
     rs.low_freq_factor = static_cast<float>(low);
     rs.high_freq_factor = static_cast<float>(high);
+    // Compared as floats: RopeInverseFrequencies divides by their difference.
+    if (!(rs.high_freq_factor > rs.low_freq_factor)) {
+      return Invalid(s.Name("high_freq_factor"),
+                     absl::StrCat("must be greater than low_freq_factor (", low, "), got ", high));
+    }
     rs.original_max_position_embeddings = original;
     return absl::OkStatus();
   }
@@ -268,15 +287,19 @@ absl::Status ParseRope(const Json& root, ModelConfig& config) {
     // Python `x or default` semantics: 0 and null both mean "use the default".
     ASSIGN_OR_RETURN(double beta_fast, s.NumberOr("beta_fast", 0.0));
     ASSIGN_OR_RETURN(double beta_slow, s.NumberOr("beta_slow", 0.0));
-    rs.beta_fast = static_cast<float>(beta_fast != 0.0 ? beta_fast : 32.0);
-    rs.beta_slow = static_cast<float>(beta_slow != 0.0 ? beta_slow : 1.0);
+    ASSIGN_OR_RETURN(rs.beta_fast,
+                     AsFloat(s.Name("beta_fast"), beta_fast != 0.0 ? beta_fast : 32.0));
+    ASSIGN_OR_RETURN(rs.beta_slow,
+                     AsFloat(s.Name("beta_slow"), beta_slow != 0.0 ? beta_slow : 1.0));
     if (!(rs.beta_fast > 0.0f) || !(rs.beta_slow > 0.0f)) {
       return Invalid(s.Name("beta_fast"), "beta_fast and beta_slow must be positive");
     }
     ASSIGN_OR_RETURN(std::optional<int64_t> original,
                      s.OptionalInt("original_max_position_embeddings"));
-    if (original.has_value() && *original < 0) {
-      return Invalid(s.Name("original_max_position_embeddings"), "must be positive");
+    if (original.has_value() && (*original < 0 || *original > (int64_t{1} << 30))) {
+      return Invalid(
+          s.Name("original_max_position_embeddings"),
+          absl::StrCat("must be in [0, 2^30] (0: max_position_embeddings), got ", *original));
     }
     rs.original_max_position_embeddings = (original.has_value() && *original > 0)
                                               ? static_cast<int>(*original)
@@ -292,10 +315,10 @@ absl::Status ParseRope(const Json& root, ModelConfig& config) {
     } else {
       af = YarnMscale(factor, 1.0);
     }
-    if (!(af > 0.0) || !std::isfinite(af)) {
+    ASSIGN_OR_RETURN(rs.attention_factor, AsFloat(s.Name("attention_factor"), af));
+    if (!(rs.attention_factor > 0.0f)) {
       return Invalid(s.Name("attention_factor"), absl::StrCat("must be positive, got ", af));
     }
-    rs.attention_factor = static_cast<float>(af);
     ASSIGN_OR_RETURN(bool truncate, s.BoolOr("truncate", true));
     if (!truncate) {
       return Unsupported(s.Name("truncate"),
@@ -422,10 +445,10 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text) {
   }
 
   ASSIGN_OR_RETURN(double eps, r.NumberOr("rms_norm_eps", 1e-6));
-  if (!(eps > 0.0) || !std::isfinite(eps)) {
+  ASSIGN_OR_RETURN(c.rms_norm_eps, AsFloat("rms_norm_eps", eps));
+  if (!(c.rms_norm_eps > 0.0f)) {
     return Invalid("rms_norm_eps", absl::StrCat("must be positive, got ", eps));
   }
-  c.rms_norm_eps = static_cast<float>(eps);
   RETURN_IF_ERROR(ParseRope(root, c));
   ASSIGN_OR_RETURN(c.tie_word_embeddings, r.BoolOr("tie_word_embeddings", false));
 

@@ -444,7 +444,38 @@ INSTANTIATE_TEST_SUITE_P(
                   "eos_token_id", ""},
         ErrorCase{"BadRmsEps",
                   Replace(kLlama2_7B, R"("rms_norm_eps": 1e-05)", R"("rms_norm_eps": 0)"),
-                  "rms_norm_eps", ""}),
+                  "rms_norm_eps", ""},
+        // tests/fuzz/config_fuzz found the first (regressions/config_fuzz/): checks made on the
+        // double let through values that break as the float the model uses (0, infinity, equal
+        // llama3 factors). The rest are the same mistake elsewhere, and ids or lengths past
+        // int32 that wrapped.
+        ErrorCase{"RmsEpsRoundsToZeroAsFloat",
+                  Replace(kLlama2_7B, R"("rms_norm_eps": 1e-05)", R"("rms_norm_eps": 1e-60)"),
+                  "rms_norm_eps", "positive"},
+        ErrorCase{"RopeThetaBeyondFloat",
+                  Replace(kLlama31_8B, R"("rope_theta": 500000.0)", R"("rope_theta": 1e39)"),
+                  "rope_theta", "float range"},
+        ErrorCase{
+            "Llama3FactorsEqualAsFloats",
+            Replace(kLlama31_8B, R"("high_freq_factor": 4.0)", R"("high_freq_factor": 1.00000001)"),
+            "rope_scaling.high_freq_factor", "greater than low_freq_factor"},
+        ErrorCase{"LinearFactorRoundsToZeroAsFloat",
+                  Replace(kLlama2_7B, R"("rope_scaling": null)",
+                          R"("rope_scaling": {"rope_type": "linear", "factor": 1e-50})"),
+                  "rope_scaling.factor", "positive"},
+        ErrorCase{"YarnBetaBeyondFloat",
+                  Replace(kQwen3_8B, R"("rope_scaling": null)",
+                          R"("rope_scaling": {"rope_type": "yarn", "factor": 2.0,
+                                              "beta_fast": 1e300})"),
+                  "rope_scaling.beta_fast", "float range"},
+        ErrorCase{"YarnOriginalPastInt",
+                  Replace(kQwen3_8B, R"("rope_scaling": null)",
+                          R"("rope_scaling": {"rope_type": "yarn", "factor": 2.0,
+                                              "original_max_position_embeddings": 4294967296})"),
+                  "rope_scaling.original_max_position_embeddings", "4294967296"},
+        ErrorCase{"EosPastInt32",
+                  Replace(kLlama2_7B, R"("eos_token_id": 2)", R"("eos_token_id": 4294967298)"),
+                  "eos_token_id", ""}),
     [](const ::testing::TestParamInfo<ErrorCase>& info) { return std::string(info.param.name); });
 
 TEST(ParseModelConfigTest, QwenWindowUnusedBelowMaxWindowLayers) {

@@ -19,13 +19,13 @@ target_link_libraries(treespec_model
 # Batch invariance needs a * b + c to mean the same thing in every kernel: no implicit FMA
 # contraction (GCC contracts by default in GNU mode, Clang within expressions). The AVX2 matmul
 # kernel uses explicit FMA intrinsics. Always optimise the kernels, even in Debug builds.
-# -Wno-psabi: GCC notes that 32-byte vector arguments of the portable kernel's internal
+# -Wno-psabi: GCC and clang note that 32-byte vector arguments of the portable kernel's internal
 # helpers would pass differently with AVX; they never cross a library boundary.
 if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
   target_compile_options(treespec_model PRIVATE -ffp-contract=off)
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/cpu_ops.cc
     ${CMAKE_CURRENT_LIST_DIR}/tree_attention.cc PROPERTIES COMPILE_OPTIONS
-    "-O3;$<$<CXX_COMPILER_ID:GNU>:-Wno-psabi>")
+    "-O3;$<$<CXX_COMPILER_ID:GNU,Clang>:-Wno-psabi>")
 endif()
 
 # Tests. Random weights and small configs for them live in the header cpu_test_util.h.

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <thread>
 
 #include "absl/status/status.h"
@@ -24,6 +25,8 @@ using Json = nlohmann::json;
 
 // Same cap as the reference implementation: a larger header is corrupt or hostile.
 constexpr uint64_t kMaxHeaderBytes = 100u << 20;
+// Elements of a tensor, and of any dimension: far beyond any real checkpoint.
+constexpr uint64_t kMaxElements = uint64_t{1} << 62;
 
 // Bits per element of every dtype the format defines, so the header can be validated even for
 // tensors we will not convert.
@@ -116,7 +119,10 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   }
   if (!header.is_object()) return error(absl::StatusCode::kDataLoss, "header is not a JSON object");
 
-  for (const auto& [name, value] : header.items()) {
+  // Not a structured binding: clang before 16 cannot capture one in tensor_error below.
+  for (const auto& entry : header.items()) {
+    const std::string& name = entry.key();
+    const Json& value = entry.value();
     if (name == "__metadata__") {
       if (value.is_object()) {
         for (const auto& [k, v] : value.items()) {
@@ -141,14 +147,15 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
 
     auto shape = value.find("shape");
     if (shape == value.end() || !shape->is_array()) return tensor_error("has no 'shape' list");
-    // Elements, with an overflow guard: no real tensor comes near 2^62 elements.
+    // Elements, with an overflow guard: no real tensor comes near 2^62 elements, nor any one
+    // dimension (even beside a zero, where the product stays small: shapes are int64).
     uint64_t numel = 1;
     for (const Json& d : *shape) {
       if (!d.is_number_unsigned()) {
         return tensor_error(absl::StrCat("has a bad shape ", shape->dump()));
       }
       const uint64_t dim = d.get<uint64_t>();
-      if (dim != 0 && numel > (uint64_t{1} << 62) / dim) {
+      if (dim > kMaxElements || (dim != 0 && numel > kMaxElements / dim)) {
         return tensor_error(absl::StrCat("shape ", shape->dump(), " is too large"));
       }
       numel *= dim;
@@ -167,6 +174,12 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
     if (info.end > f->data_size_) {
       return tensor_error(absl::StrCat("data_offsets ", range, " exceed the file's ", f->data_size_,
                                        " data bytes (truncated file?)"));
+    }
+    // numel * bits must not wrap (numel <= 2^62, bits <= 64): the wrapped product is a small
+    // byte count that a short data range could match, leaving numel far beyond the bytes.
+    if (numel > std::numeric_limits<uint64_t>::max() / bits) {
+      return tensor_error(
+          absl::StrCat("shape ", shape->dump(), " of ", info.dtype_name, " is too large"));
     }
     const uint64_t expected_bytes = numel * bits / 8;
     if ((numel * bits) % 8 != 0 || info.end - info.begin != expected_bytes) {

@@ -467,6 +467,26 @@ TEST_F(SafetensorsTest, MalformedEntriesNameTensor) {
   }
 }
 
+// Inputs of regressions/safetensors_fuzz/ (tests/fuzz): element counts whose byte size wraps
+// past 2^64 to 0 matched an empty data range, so Open accepted a tensor of 2^61 or 2^62 elements
+// in no bytes and Read tried to allocate it (the verifier aborted loading a tied model with such
+// an lm_head.weight); a dimension >= 2^63 beside a zero became a negative int64 in the shape.
+TEST_F(SafetensorsTest, ShapesPastTheByteCountAreRefused) {
+  const std::vector<std::string> headers = {
+      R"({"t":{"dtype":"U8","shape":[2305843009213693952],"data_offsets":[0,0]}})",
+      R"({"t":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,0]}})",
+      R"({"t":{"dtype":"I64","shape":[1152921504606846976, 2],"data_offsets":[0,0]}})",
+      R"({"t":{"dtype":"F32","shape":[0, 9223372036854775808],"data_offsets":[0,0]}})",
+  };
+  int i = 0;
+  for (const std::string& header : headers) {
+    const std::string path = WriteRaw("huge" + std::to_string(i++) + ".safetensors", header, "");
+    const std::string msg = OpenError(path);
+    EXPECT_THAT(msg, HasSubstr("'t'")) << header;
+    EXPECT_THAT(msg, HasSubstr("too large")) << header;
+  }
+}
+
 TEST_F(SafetensorsTest, ReadsUnalignedData) {
   // A header length that leaves the data section at an odd offset.
   std::vector<uint8_t> data(1 + 3 * 2);

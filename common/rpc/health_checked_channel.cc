@@ -7,8 +7,8 @@
 namespace treespec {
 
 std::shared_ptr<grpc::Channel> HealthCheckedChannel(
-    const std::string& target, std::shared_ptr<grpc::ChannelCredentials> credentials) {
-  grpc::ChannelArguments args;
+    const std::string& target, std::shared_ptr<grpc::ChannelCredentials> credentials,
+    grpc::ChannelArguments args) {
   args.SetServiceConfigJSON(
       R"({"loadBalancingConfig": [{"round_robin": {}}], "healthCheckConfig": {"serviceName": ""}})");
   return grpc::CreateCustomChannel(

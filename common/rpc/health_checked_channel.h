@@ -7,6 +7,7 @@
 
 #include <grpcpp/channel.h>
 #include <grpcpp/security/credentials.h>
+#include <grpcpp/support/channel_arguments.h>
 
 #include <memory>
 #include <string>
@@ -16,9 +17,10 @@ namespace treespec {
 // A channel to `target` ("host:port", "dns:///name:port", "ipv4:a:p,b:q") with round_robin and
 // health checking, plaintext unless `credentials` say otherwise (tls.h). With no healthy
 // address its state is TRANSIENT_FAILURE and calls without wait_for_ready fail at once with
-// UNAVAILABLE.
+// UNAVAILABLE. `args` may add settings (backoff, message sizes); its service config is replaced.
 std::shared_ptr<grpc::Channel> HealthCheckedChannel(
-    const std::string& target, std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
+    const std::string& target, std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr,
+    grpc::ChannelArguments args = {});
 
 }  // namespace treespec
 

@@ -6,12 +6,16 @@ violations as lines a person can act on. RULES lists them all.
 
 import ipaddress
 
+import network_policy
 from workloads import (DEFAULT_DRAIN_S, DRAFTER, SERVER_SHUTDOWN_S, VERIFIER, binary, containers,
                        flags, name_of, named_port, namespace_of, of_kind, pod_labels, pod_spec,
                        port_number, selected, selects, treespec_containers, workloads)
 
 GPU = "nvidia.com/gpu"
 PROBES = ("startupProbe", "readinessProbe", "livenessProbe")
+# Flags naming certificates, keys and token files (read at start by the binaries).
+CREDENTIAL_FLAGS = ("tls_cert", "tls_key", "tls_client_ca", "drafter_tls_ca", "drafter_tls_cert",
+                    "drafter_tls_key", "auth_token_file")
 
 
 def _where(workload, container):
@@ -55,18 +59,23 @@ def gpus_match_flags(objs, facts):
 
 
 def probes_use_container_ports(objs, facts):
-    """Each service has startup, readiness and liveness probes, native gRPC ones, on a port the
-    container declares."""
+    """Each service has startup, readiness and liveness probes on a port the container declares:
+    native gRPC ones, except on a port that serves TLS (--tls_cert), which the kubelet's gRPC
+    probe cannot speak: TCP connects there."""
     for w in workloads(objs):
         for c in containers(w):
             serves = binary(c) in (VERIFIER, DRAFTER)
+            tls = serves and bool(flags(w, c).get("tls_cert"))
             for kind in PROBES:
                 probe = c.get(kind)
                 if probe is None:
                     if serves:
                         yield f"{_where(w, c)}: no {kind}"
                     continue
-                if serves and "grpc" not in probe:
+                if tls and "tcpSocket" not in probe:
+                    yield (f"{_where(w, c)}: {kind} on a TLS port (--tls_cert): a native gRPC "
+                           f"probe speaks plaintext and fails there, use tcpSocket")
+                elif serves and not tls and "grpc" not in probe:
                     yield f"{_where(w, c)}: {kind} is not a native gRPC probe"
                 handler = probe.get("grpc") or probe.get("httpGet") or probe.get("tcpSocket")
                 if handler is not None and port_number(c, handler.get("port")) is None:
@@ -273,11 +282,136 @@ def runs_image_binaries_as_image_user(objs, facts):
                    f"runAsUser {facts.image_uid}")
 
 
+def _runs(workload, role):
+    return any(b == role for _, _, b in treespec_containers([workload]))
+
+
+def _peer_beyond_verifiers(objs, policy, peer):
+    """(why `peer` admits more than verifier pods or None, whether it admits verifier pods)."""
+    why = network_policy.beyond_namespace(peer)
+    if why is not None:
+        return why, True
+    selector = peer.get("podSelector") or {}
+    if not selector.get("matchLabels") and not selector.get("matchExpressions"):
+        return "every pod of its namespace (an empty podSelector)", True
+    pods = selected(objs, namespace_of(policy), selector)
+    others = [name_of(p) for p in pods if not _runs(p, VERIFIER)]
+    return (", ".join(others) if others else None), bool(pods)
+
+
+def drafter_api_only_from_verifiers(objs, facts):
+    """The internal Drafter API is reached by the verifier pods of its namespace and nobody
+    else: no Service takes it out of the cluster, NetworkPolicies isolate the drafter pods and
+    admit its port only from verifier pods (and do admit them: else speculation silently
+    stops)."""
+    for svc in of_kind(objs, "Service"):
+        spec = svc["spec"]
+        if not any(_runs(w, DRAFTER) for w in selected(objs, namespace_of(svc),
+                                                        spec.get("selector"))):
+            continue
+        if spec.get("type", "ClusterIP") != "ClusterIP" or spec.get("externalIPs"):
+            yield (f"{name_of(svc)}: exposes the Drafter port outside the cluster (type "
+                   f"{spec.get('type', 'ClusterIP')}, externalIPs {spec.get('externalIPs', [])})")
+    for w, c, role in treespec_containers(objs):
+        if role != DRAFTER:
+            continue
+        where = f"{_where(w, c)}: Drafter port {named_port(c, 'grpc')}"
+        admitted = network_policy.sources(objs, w, named_port(c, "grpc"))
+        if admitted is None:
+            yield f"{where} is open to every pod: no NetworkPolicy isolates the drafter pods"
+            continue
+        reached = False
+        for policy, peer in admitted:
+            why, reaches = _peer_beyond_verifiers(objs, policy, peer)
+            if why is not None:
+                yield f"{where} is open beyond verifier pods: {name_of(policy)} admits {why}"
+            reached = reached or reaches
+        if not reached:
+            yield f"{where}: no NetworkPolicy lets the verifier pods reach it"
+
+
+def pods_isolated(objs, facts):
+    """Every treespec pod is selected by an Ingress NetworkPolicy (the base's default deny), so
+    it accepts only the connections a policy allows."""
+    return [f"{name_of(w)}: no NetworkPolicy isolates its ingress (base/network-policies.yaml)"
+            for w in workloads(objs)
+            if (_runs(w, VERIFIER) or _runs(w, DRAFTER))
+            and not network_policy.isolating(objs, w)]
+
+
+def policies_admit_clients(objs, facts):
+    """The NetworkPolicies leave the verifier's public port open to someone, and each
+    PodMonitor's port open to its scrapes."""
+    wanted = [(w, named_port(c, "grpc"), "clients of the public API")
+              for w, c, role in treespec_containers(objs) if role == VERIFIER]
+    for mon in of_kind(objs, "PodMonitor"):
+        for w in selected(objs, namespace_of(mon), mon["spec"].get("selector")):
+            for endpoint in mon["spec"].get("podMetricsEndpoints", []):
+                wanted += [(w, named_port(c, endpoint.get("port")), f"{name_of(mon)}'s scrapes")
+                           for c in containers(w) if named_port(c, endpoint.get("port"))]
+    for w, port, who in wanted:
+        if network_policy.sources(objs, w, port) == []:
+            yield f"{name_of(w)}: NetworkPolicies block {who}: no rule admits its port {port}"
+
+
+def drafter_tls_sides_agree(objs, facts):
+    """Each certificate flag comes with its key, and a verifier dials its namespace's drafters
+    as they serve: TLS (--drafter_tls_ca) where they serve TLS (--tls_cert), a client
+    certificate (--drafter_tls_cert) where, and only where, they check one (--tls_client_ca)."""
+    for w, c, _ in treespec_containers(objs):
+        f = flags(w, c)
+        for cert, key in (("tls_cert", "tls_key"), ("drafter_tls_cert", "drafter_tls_key")):
+            if bool(f.get(cert)) != bool(f.get(key)):
+                yield f"{_where(w, c)}: --{cert} and --{key} go together"
+    drafters = [(w, flags(w, c)) for w, c, role in treespec_containers(objs) if role == DRAFTER]
+    for vw, vc, role in treespec_containers(objs):
+        v = flags(vw, vc)
+        if role != VERIFIER or not v.get("drafter"):
+            continue
+        for dw, d in (x for x in drafters if namespace_of(x[0]) == namespace_of(vw)):
+            pair = f"{name_of(vw)} -> {name_of(dw)}"
+            serves_tls, dials_tls = bool(d.get("tls_cert")), bool(v.get("drafter_tls_ca"))
+            if serves_tls != dials_tls:
+                yield (f"{pair}: the drafter serves {'TLS' if serves_tls else 'plaintext'} "
+                       f"(--tls_cert) but the verifier dials {'TLS' if dials_tls else 'plaintext'}"
+                       f" (--drafter_tls_ca)")
+            checks, presents = bool(d.get("tls_client_ca")), bool(v.get("drafter_tls_cert"))
+            if checks and not presents:
+                yield (f"{pair}: the drafter requires client certificates (--tls_client_ca) but "
+                       f"the verifier presents none (--drafter_tls_cert)")
+            elif presents and not checks:
+                yield (f"{pair}: the verifier presents a client certificate that the drafter "
+                       f"never checks (no --tls_client_ca): not mutual TLS")
+
+
+def credentials_from_secrets(objs, facts):
+    """Certificates, keys and token files are read from a mounted Secret volume, which holds
+    the file where the volume lists its items."""
+    for w, c, _ in treespec_containers(objs):
+        volumes = {v["name"]: v for v in pod_spec(w).get("volumes") or []}
+        for flag in CREDENTIAL_FLAGS:
+            path = flags(w, c).get(flag)
+            if not path:
+                continue
+            mount = next((m for m in c.get("volumeMounts") or []
+                          if path.startswith(m["mountPath"].rstrip("/") + "/")), None)
+            secret = (volumes.get(mount["name"]) or {}).get("secret") if mount else None
+            if secret is None:
+                yield f"{_where(w, c)}: --{flag}={path} is not on a mounted Secret volume"
+                continue
+            name = path[len(mount["mountPath"].rstrip("/")) + 1:]
+            items = [i["path"] for i in secret.get("items") or []]
+            if items and name not in items:
+                yield (f"{_where(w, c)}: --{flag}={path}: Secret volume {mount['name']} has no "
+                       f"item {name} (items: {', '.join(items)})")
+
+
 RULES = [extended_resources_equal, gpus_match_flags, probes_use_container_ports,
          flags_match_ports, grace_covers_drain, selectors_match_templates, services_reach_ports,
          drafter_target_is_a_service, budgets_select_pods, autoscalers_fit,
          monitors_scrape_metrics_ports, gpu_pods_roll_in_place, shm_in_memory, model_paths_exist,
-         runs_image_binaries_as_image_user]
+         runs_image_binaries_as_image_user, drafter_api_only_from_verifiers, pods_isolated,
+         policies_admit_clients, drafter_tls_sides_agree, credentials_from_secrets]
 
 
 def violations(objs, facts):

@@ -28,6 +28,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/rpc/bearer_auth.h"
 #include "common/rpc/tls.h"
 #include "treespec/v1/generation.grpc.pb.h"
 
@@ -35,6 +36,9 @@ ABSL_FLAG(std::string, target, "127.0.0.1:50051", "verifier address");
 ABSL_FLAG(std::string, tls_ca, "", "PEM CA that signed the verifier's certificate: use TLS");
 ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate (mutual TLS, with --tls_key)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "file whose first line is the bearer token every call sends (verifiers run with "
+          "--auth_token_file); empty = none");
 ABSL_FLAG(std::string, prompt, "", "prompt text");
 ABSL_FLAG(std::string, prompt_ids, "", "prompt as comma-separated token ids");
 ABSL_FLAG(std::string, prompts_file, "", "JSONL file of {\"text\": ...} prompts");
@@ -120,16 +124,24 @@ v1::GenerateRequest BaseRequest(v1::SpeculationMode mode) {
   return r;
 }
 
+// A verifier and the bearer token its calls carry ("" = none).
+struct Verifier {
+  v1::Generation::Stub* stub;
+  std::string token;
+};
+
 // Runs one streaming call; `on_delta` sees each text delta as it arrives.
-Result RunOne(v1::Generation::Stub* stub, const v1::GenerateRequest& request,
+Result RunOne(const Verifier& verifier, const v1::GenerateRequest& request,
               const std::function<void(const std::string&)>& on_delta) {
   Result result;
   grpc::ClientContext ctx;
+  treespec::AddBearerToken(verifier.token, &ctx);
   ctx.set_deadline(
       std::chrono::system_clock::now() +
       std::chrono::milliseconds(static_cast<int64_t>(absl::GetFlag(FLAGS_timeout_s) * 1e3)));
   const absl::Time start = absl::Now();
-  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = stub->Generate(&ctx, request);
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
+      verifier.stub->Generate(&ctx, request);
   v1::GenerateResponse response;
   bool first = true;
   while (reader->Read(&response)) {
@@ -169,10 +181,11 @@ std::string StatsLine(const v1::GenerateResponse& last, double wall_ms) {
   return line + "]";
 }
 
-int Info(v1::Generation::Stub* stub) {
+int Info(const Verifier& verifier) {
   grpc::ClientContext ctx;
+  treespec::AddBearerToken(verifier.token, &ctx);
   v1::ModelInfo info;
-  grpc::Status status = stub->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info);
+  grpc::Status status = verifier.stub->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info);
   if (!status.ok()) {
     std::cerr << "error: " << status.error_code() << " " << status.error_message() << "\n";
     return 1;
@@ -198,7 +211,7 @@ std::vector<std::string> ReadPrompts(const std::string& path, int limit) {
   return prompts;
 }
 
-int GenerateMany(v1::Generation::Stub* stub, v1::SpeculationMode mode) {
+int GenerateMany(const Verifier& verifier, v1::SpeculationMode mode) {
   const std::vector<std::string> prompts =
       ReadPrompts(absl::GetFlag(FLAGS_prompts_file), absl::GetFlag(FLAGS_limit));
   if (prompts.empty()) {
@@ -221,7 +234,7 @@ int GenerateMany(v1::Generation::Stub* stub, v1::SpeculationMode mode) {
         }
         v1::GenerateRequest request = BaseRequest(mode);
         request.set_text(prompts[i]);
-        results[i] = RunOne(stub, request, nullptr);
+        results[i] = RunOne(verifier, request, nullptr);
       }
     });
   }
@@ -303,7 +316,7 @@ int GenerateMany(v1::Generation::Stub* stub, v1::SpeculationMode mode) {
   return failures == 0 ? 0 : 1;
 }
 
-int GenerateOne(v1::Generation::Stub* stub, v1::SpeculationMode mode) {
+int GenerateOne(const Verifier& verifier, v1::SpeculationMode mode) {
   v1::GenerateRequest request = BaseRequest(mode);
   if (!absl::GetFlag(FLAGS_prompt_ids).empty()) {
     std::vector<int32_t> ids;
@@ -316,7 +329,7 @@ int GenerateOne(v1::Generation::Stub* stub, v1::SpeculationMode mode) {
     request.set_text(absl::GetFlag(FLAGS_prompt));
   }
   Result r =
-      RunOne(stub, request, [](const std::string& delta) { std::cout << delta << std::flush; });
+      RunOne(verifier, request, [](const std::string& delta) { std::cout << delta << std::flush; });
   std::cout << "\n";
   if (!r.status.ok()) {
     std::cerr << "error: " << StatusCodeName(r.status.error_code()) << ": "
@@ -347,9 +360,16 @@ int main(int argc, char** argv) {
     std::cerr << credentials.status().message() << "\n";
     return 2;
   }
+  absl::StatusOr<std::string> token =
+      treespec::LoadClientBearerToken(absl::GetFlag(FLAGS_auth_token_file), "--auth_token_file");
+  if (!token.ok()) {
+    std::cerr << token.status().message() << "\n";
+    return 2;
+  }
   auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_target), *credentials);
   auto stub = v1::Generation::NewStub(channel);
-  if (command == "info") return Info(stub.get());
+  const Verifier verifier{stub.get(), *std::move(token)};
+  if (command == "info") return Info(verifier);
   if (command != "generate") {
     std::cerr << "unknown command '" << command << "': use info or generate\n";
     return 2;
@@ -360,6 +380,6 @@ int main(int argc, char** argv) {
     std::cerr << "error: --mode must be auto, off, ngram, draft_model or dflash\n";
     return 2;
   }
-  if (!absl::GetFlag(FLAGS_prompts_file).empty()) return GenerateMany(stub.get(), mode);
-  return GenerateOne(stub.get(), mode);
+  if (!absl::GetFlag(FLAGS_prompts_file).empty()) return GenerateMany(verifier, mode);
+  return GenerateOne(verifier, mode);
 }

@@ -14,11 +14,12 @@ namespace treespec::loadgen {
 struct BenchmarkOutcome {
   // Summarize's keys plus date, backend, model_id, num_prompts, request_rate, burstiness,
   // max_concurrency (as vLLM's result file has them), not_sent, retried_requests, per_target
-  // ({address: {completed, failed}}), errors ({message: count}), config, and with
-  // --metrics_urls metrics_check ({urls, servers: the counters' deltas, mismatches, ok} or
-  // {urls, error}).
+  // ({address: {completed, failed, cancelled}}), errors ({message: count}, failures only),
+  // config, and with --metrics_urls metrics_check ({urls, comparison: exact, or
+  // servers_at_least when requests were cancelled, servers: the counters' deltas, mismatches,
+  // ok} or {urls, error}).
   nlohmann::json summary;
-  bool metrics_check_passed = true;  // no check asked for, or the deltas equal the harness's
+  bool metrics_check_passed = true;  // no check asked for, or the deltas agree with the harness
 };
 
 // Errors (a target that does not answer, a dataset that cannot be read, an output file that

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/rpc/bearer_auth.h"
 #include "common/rpc/health_checked_channel.h"
 
 namespace treespec::loadgen {
@@ -53,6 +54,7 @@ v1::GenerateRequest BuildRequest(const Prompt& prompt, int index, const RequestO
 // What one Run shares with its calls; guarded by `mu` except the constant parts.
 struct Driver::RunState {
   absl::Span<const Prompt> prompts;
+  absl::Span<const CancelPoint> cancels;  // by dataset index; empty = none
   const RequestOptions* request_options = nullptr;
   const ScheduleOptions* schedule = nullptr;
   ProgressBar* progress = nullptr;
@@ -76,7 +78,8 @@ class Driver::Call final : public grpc::ClientReadReactor<v1::GenerateResponse> 
         index_(index),
         target_(target),
         attempt_(attempt),
-        sent_(sent) {}
+        sent_(sent),
+        cancel_(state->cancels.empty() ? CancelPoint{} : state->cancels[index]) {}
 
   void Start(v1::Generation::Stub* stub) {
     request_ = BuildRequest(state_->prompts[index_], index_, *state_->request_options);
@@ -84,13 +87,27 @@ class Driver::Call final : public grpc::ClientReadReactor<v1::GenerateResponse> 
         std::chrono::system_clock::now() +
         std::chrono::duration_cast<std::chrono::system_clock::duration>(
             Seconds(state_->schedule->request_timeout_s) - (Clock::now() - sent_)));
+    AddBearerToken(driver_->bearer_token_, &context_);
     stub->async()->Generate(&context_, &request_, this);
+    if (cancel_.after_ms >= 0) {
+      // The hold keeps OnDone (and the reactor) back until the timer has either fired or been
+      // disarmed, so the callback never meets a deleted call. A retry keeps the first send's
+      // time, so the timer may fire at once.
+      AddHold();
+      timer_ = driver_->timers_.Arm(sent_ + Seconds(cancel_.after_ms / 1000), [this] {
+        Cancel();
+        RemoveHold();
+      });
+    }
     StartRead(&response_);
     StartCall();
   }
 
   void OnReadDone(bool ok) override {
-    if (!ok) return;  // the stream ended: OnDone follows
+    if (!ok) {  // the stream ended: OnDone follows
+      DisarmTimer();
+      return;
+    }
     const Clock::time_point now = Clock::now();
     ++messages_;
     last_message_ = now;
@@ -113,22 +130,52 @@ class Driver::Call final : public grpc::ClientReadReactor<v1::GenerateResponse> 
       record_.accepted_tokens = s.accepted_tokens();
       record_.accepted_per_depth.assign(s.accepted_per_depth().begin(),
                                         s.accepted_per_depth().end());
+      DisarmTimer();  // complete: nothing left to cancel
+    } else if (CancelDue()) {
+      DisarmTimer();
+      Cancel();  // the next read fails and OnDone follows with CANCELLED
     }
     StartRead(&response_);
   }
 
   void OnDone(const grpc::Status& status) override {
-    driver_->OnCallDone(this, status);
+    Driver* const driver = driver_;
+    RunState* const state = state_;
+    const bool ended = driver->OnCallDone(this, status);
+    // Deleted before Run may see the request end and return: the ClientContext lets go of its
+    // call while the Driver, and with it the channels and gRPC's callback queue, still exist.
     delete this;
+    if (ended) driver->OnRequestEnded(state);
   }
 
  private:
   friend class Driver;
 
+  // Whether the plan says to cancel now, after a message that was not the last.
+  bool CancelDue() const {
+    if (cancelled_.load()) return false;
+    if (cancel_.after_tokens > 0) return tokens_seen_ >= cancel_.after_tokens;
+    return cancel_.after_ms >= 0 && tokens_seen_ > 0;  // the first token beat the timer
+  }
+
+  void Cancel() {
+    cancelled_.store(true);
+    context_.TryCancel();
+  }
+
+  // Stops a timer that has not fired and lets go of its hold; a timer that fired lets go itself.
+  void DisarmTimer() {
+    if (timer_ != 0 && driver_->timers_.Disarm(timer_)) RemoveHold();
+    timer_ = 0;
+  }
+
   Driver* const driver_;
   RunState* const state_;
   const int index_, target_, attempt_;
   const Clock::time_point sent_;  // of the request's first attempt
+  const CancelPoint cancel_;
+  uint64_t timer_ = 0;                  // the armed cancel timer's id; 0 = none
+  std::atomic<bool> cancelled_{false};  // TryCancel was called (by a reaction or the timer)
 
   grpc::ClientContext context_;
   v1::GenerateRequest request_;
@@ -141,8 +188,8 @@ class Driver::Call final : public grpc::ClientReadReactor<v1::GenerateResponse> 
 };
 
 Driver::Driver(std::vector<std::string> targets,
-               std::shared_ptr<grpc::ChannelCredentials> credentials)
-    : targets_(std::move(targets)) {
+               std::shared_ptr<grpc::ChannelCredentials> credentials, std::string bearer_token)
+    : targets_(std::move(targets)), bearer_token_(std::move(bearer_token)) {
   for (const std::string& target : targets_) {
     channels_.push_back(HealthCheckedChannel(target, credentials));
     stubs_.push_back(v1::Generation::NewStub(channels_.back()));
@@ -156,6 +203,7 @@ absl::StatusOr<std::vector<v1::ModelInfo>> Driver::ModelInfos(absl::Duration tim
   for (size_t t = 0; t < targets_.size(); ++t) {
     grpc::ClientContext context;
     context.set_wait_for_ready(true);
+    AddBearerToken(bearer_token_, &context);
     context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     const grpc::Status status =
         stubs_[t]->GetModelInfo(&context, v1::GetModelInfoRequest(), &infos[t]);
@@ -186,13 +234,21 @@ void Driver::Launch(RunState* state, int index, int target, int attempt, Clock::
   call->Start(stubs_[target].get());
 }
 
-void Driver::OnCallDone(Call* call, const grpc::Status& status) {
+bool Driver::OnCallDone(Call* call, const grpc::Status& status) {
   RunState* state = call->state_;
-  const bool refused = status.error_code() == grpc::StatusCode::UNAVAILABLE && call->messages_ == 0;
+  const bool cancelled = call->cancelled_.load();  // by the client, as planned
+  const bool is_cancelled = status.error_code() == grpc::StatusCode::CANCELLED;
+  const bool refused =
+      !cancelled && status.error_code() == grpc::StatusCode::UNAVAILABLE && call->messages_ == 0;
   if (refused && state->schedule->failover && call->attempt_ < static_cast<int>(targets_.size())) {
     Launch(state, call->index_, PickTarget(call->target_ + 1), call->attempt_ + 1, call->sent_);
-    return;
+    return false;
   }
+  // Every token arrived: complete, even if the cancel raced the trailing status. An error that
+  // reached the client before its cancel did is still a failure.
+  const bool complete =
+      !call->finish_reason_.empty() && (status.ok() || (cancelled && is_cancelled));
+  const bool dropped = !complete && cancelled && is_cancelled;
   const Clock::time_point now = Clock::now();
   std::lock_guard<std::mutex> lock(state->mu);
   RequestResult& r = state->results[call->index_];
@@ -202,28 +258,38 @@ void Driver::OnCallDone(Call* call, const grpc::Status& status) {
   r.attempts = call->attempt_;
   r.record = std::move(call->record_);
   r.finish_reason = call->finish_reason_;
-  r.record.ok = status.ok() && !call->finish_reason_.empty();
+  r.cancel = call->cancel_;
+  r.record.ok = complete;
+  r.record.cancelled = dropped;
   if (r.record.ok) {
     r.record.e2el_ms = Millis(call->last_message_ - call->sent_);
+  } else if (dropped) {
+    r.record.output_tokens = call->tokens_seen_;  // where it was cancelled
   } else {
     r.error = status.ok()
                   ? "OK: the stream ended without its final message"
                   : absl::StrCat(CodeName(status.error_code()), ": ", status.error_message());
   }
-  --state->in_flight;
   ++state->done;
-  if (!r.record.ok) ++state->failed;
+  if (!r.record.ok && !dropped) ++state->failed;
   state->last_end = now;
+  return true;
+}
+
+void Driver::OnRequestEnded(RunState* state) {
+  std::lock_guard<std::mutex> lock(state->mu);
+  --state->in_flight;
   if (state->progress != nullptr)
     state->progress->Set(state->done, state->failed, state->in_flight);
   state->cv.notify_all();
 }
 
 RunResult Driver::Run(absl::Span<const Prompt> prompts, absl::Span<const double> send_times,
-                      const RequestOptions& request_options, const ScheduleOptions& schedule,
-                      ProgressBar* progress) {
+                      absl::Span<const CancelPoint> cancels, const RequestOptions& request_options,
+                      const ScheduleOptions& schedule, ProgressBar* progress) {
   RunState state;
   state.prompts = prompts;
+  state.cancels = cancels;
   state.request_options = &request_options;
   state.schedule = &schedule;
   state.progress = progress;

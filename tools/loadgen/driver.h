@@ -8,6 +8,10 @@
 // (a verifier that began draining before its health said so, or went away) is sent on to the
 // next target when failover is on, keeping its original send time; a request that had started
 // streaming is never retried.
+//
+// A request may carry a CancelPoint (cancel_plan.h): the client then cancels it after so many
+// tokens, or on a timer (TimerThread) before its first token, and it ends as cancelled rather
+// than failed; a cancelled request is not sent on to another target.
 #ifndef TREESPEC_TOOLS_LOADGEN_DRIVER_H_
 #define TREESPEC_TOOLS_LOADGEN_DRIVER_H_
 
@@ -22,10 +26,12 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "tools/loadgen/cancel_plan.h"
 #include "tools/loadgen/dataset.h"
 #include "tools/loadgen/progress.h"
 #include "tools/loadgen/request_result.h"
 #include "tools/loadgen/run_config.h"
+#include "tools/loadgen/timer_thread.h"
 #include "treespec/v1/generation.grpc.pb.h"
 
 namespace treespec::loadgen {
@@ -48,9 +54,10 @@ struct RunResult {
 
 class Driver {
  public:
-  // `credentials`: plaintext when null.
+  // `credentials`: plaintext when null; `bearer_token`: sent with every call unless empty.
   explicit Driver(std::vector<std::string> targets,
-                  std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
+                  std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr,
+                  std::string bearer_token = "");
   ~Driver();
   Driver(const Driver&) = delete;
   Driver& operator=(const Driver&) = delete;
@@ -62,11 +69,12 @@ class Driver {
   absl::StatusOr<std::vector<v1::ModelInfo>> ModelInfos(absl::Duration timeout);
 
   // Sends prompts[i] at send_times[i] seconds after the start (waiting for a free slot under
-  // max_concurrency) until the prompts or the duration run out, and returns once every sent
-  // request has ended. `progress` may be null.
+  // max_concurrency) until the prompts or the duration run out, cancels request i at
+  // cancels[i] (no cancels when `cancels` is empty), and returns once every sent request has
+  // ended. `progress` may be null.
   RunResult Run(absl::Span<const Prompt> prompts, absl::Span<const double> send_times,
-                const RequestOptions& request_options, const ScheduleOptions& schedule,
-                ProgressBar* progress);
+                absl::Span<const CancelPoint> cancels, const RequestOptions& request_options,
+                const ScheduleOptions& schedule, ProgressBar* progress);
 
  private:
   class Call;
@@ -79,13 +87,19 @@ class Driver {
   // its first attempt was sent.
   void Launch(RunState* state, int index, int target, int attempt,
               std::chrono::steady_clock::time_point sent);
-  // Called once per attempt from the reactor's OnDone.
-  void OnCallDone(Call* call, const grpc::Status& status);
+  // Called once per attempt from the reactor's OnDone: records the request's result, or sends it
+  // on to another target (and returns false).
+  bool OnCallDone(Call* call, const grpc::Status& status);
+  // Called once per request after its last attempt's reactor is gone: Run may return once all
+  // have been.
+  void OnRequestEnded(RunState* state);
 
   const std::vector<std::string> targets_;
+  const std::string bearer_token_;
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<v1::Generation::Stub>> stubs_;
   std::atomic<uint64_t> next_target_{0};
+  TimerThread timers_;  // the before-first-token cancels
 };
 
 }  // namespace treespec::loadgen

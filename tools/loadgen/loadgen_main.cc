@@ -29,6 +29,9 @@ ABSL_FLAG(std::vector<std::string>, target, {"127.0.0.1:50051"},
 ABSL_FLAG(std::string, tls_ca, "", "PEM CA that signed the verifiers' certificates: use TLS");
 ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate (mutual TLS, with --tls_key)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "file whose first line is the bearer token every call sends (verifiers run with "
+          "--auth_token_file); empty = none");
 ABSL_FLAG(std::string, dataset_name, "",
           "random or jsonl; empty = jsonl when --dataset_path is set, else random");
 ABSL_FLAG(std::string, dataset_path, "",
@@ -62,6 +65,13 @@ ABSL_FLAG(double, connect_timeout_s, 10,
           "how long each target may take to answer GetModelInfo at the start");
 ABSL_FLAG(bool, failover, true,
           "send a request refused with UNAVAILABLE before any token on to the next target");
+ABSL_FLAG(double, cancel_fraction, 0,
+          "share of the requests the client cancels (seeded by --seed): half before their first "
+          "token, half after a random number of tokens; counted as cancelled, not failed, and "
+          "left out of the latency figures");
+ABSL_FLAG(double, cancel_delay_ms, 100,
+          "a before-first-token cancel comes this long at most after the send (uniform), or at "
+          "the first token if that is sooner");
 ABSL_FLAG(std::string, percentiles, "99", "percentiles to report, comma-separated");
 ABSL_FLAG(std::string, goodput, "",
           "SLOs for goodput in ms, e.g. ttft:500,tpot:50,e2el:2000 (vLLM's --goodput)");
@@ -87,6 +97,7 @@ absl::StatusOr<RunConfig> ConfigFromFlags() {
   c.tls_ca = absl::GetFlag(FLAGS_tls_ca);
   c.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   c.tls_key = absl::GetFlag(FLAGS_tls_key);
+  c.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
   ASSIGN_OR_RETURN(c.dataset, lg::ParseDatasetKind(absl::GetFlag(FLAGS_dataset_name),
                                                    absl::GetFlag(FLAGS_dataset_path)));
   c.dataset_path = absl::GetFlag(FLAGS_dataset_path);
@@ -121,6 +132,8 @@ absl::StatusOr<RunConfig> ConfigFromFlags() {
   c.request_timeout_s = absl::GetFlag(FLAGS_request_timeout_s);
   c.connect_timeout_s = absl::GetFlag(FLAGS_connect_timeout_s);
   c.failover = absl::GetFlag(FLAGS_failover);
+  c.cancel_fraction = absl::GetFlag(FLAGS_cancel_fraction);
+  c.cancel_delay_ms = absl::GetFlag(FLAGS_cancel_delay_ms);
   ASSIGN_OR_RETURN(c.percentiles, lg::ParsePercentiles(absl::GetFlag(FLAGS_percentiles)));
   ASSIGN_OR_RETURN(c.slo, lg::ParseGoodput(absl::GetFlag(FLAGS_goodput)));
   c.metrics_urls = absl::GetFlag(FLAGS_metrics_urls);

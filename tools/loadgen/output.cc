@@ -51,7 +51,14 @@ nlohmann::json RequestJson(const RequestResult& result) {
   j["send_s"] = result.send_s;
   j["send_unix_s"] = result.send_unix_s;
   j["ok"] = r.ok;
-  if (!r.ok) j["error"] = result.error;
+  if (!r.ok && !r.cancelled) j["error"] = result.error;
+  j["cancelled"] = r.cancelled;
+  // The plan, whether or not the request ended before it came due.
+  if (result.cancel.after_tokens > 0) {
+    j["cancel_after_tokens"] = result.cancel.after_tokens;
+  } else if (result.cancel.after_ms >= 0) {
+    j["cancel_after_ms"] = result.cancel.after_ms;
+  }
   j["finish_reason"] = result.finish_reason;
   j["input_tokens"] = r.input_tokens;
   j["output_tokens"] = r.output_tokens;
@@ -113,6 +120,7 @@ std::string SummaryReport(const nlohmann::json& summary, absl::Span<const double
   title(" Serving Benchmark Result ", '=');
   row("Successful requests:", number("completed"));
   row("Failed requests:", number("failed"));
+  if (summary.value("cancelled", 0) > 0) row("Cancelled requests:", number("cancelled"));
   row("Benchmark duration (s):", number("duration"));
   row("Total input tokens:", number("total_input_tokens"));
   row("Total generated tokens:", number("total_output_tokens"));
@@ -153,6 +161,9 @@ std::string SummaryReport(const nlohmann::json& summary, absl::Span<const double
   }
   if (const auto check = summary.find("metrics_check"); check != summary.end()) {
     std::string verdict = check->value("ok", false) ? "match" : "MISMATCH";
+    if (check->value("comparison", "") == "servers_at_least") {
+      absl::StrAppend(&verdict, " (servers >= harness: requests were cancelled)");
+    }
     if (check->contains("error"))
       verdict = absl::StrCat("failed: ", (*check)["error"].get<std::string>());
     row("Server counters (delta):", verdict);

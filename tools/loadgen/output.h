@@ -14,9 +14,10 @@
 namespace treespec::loadgen {
 
 // One request as a JSON object: index, request_id, target, attempts, send_s, send_unix_s, ok,
-// error (failures only), finish_reason, input_tokens, output_tokens, ttft_ms, tpot_ms (null
-// below 2 tokens), e2el_ms, itl_ms, and the speculation counts (drafts, draft_tokens,
-// accepted_tokens, accepted_per_depth).
+// error (failures only), cancelled, cancel_after_tokens or cancel_after_ms (when a cancel was
+// planned), finish_reason, input_tokens, output_tokens (for a cancelled request, those that
+// arrived), ttft_ms, tpot_ms (null below 2 tokens), e2el_ms, itl_ms, and the speculation counts
+// (drafts, draft_tokens, accepted_tokens, accepted_per_depth).
 nlohmann::json RequestJson(const RequestResult& result);
 
 // One line per request, RequestJson each.

@@ -14,6 +14,7 @@ namespace treespec::loadgen {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Splits one CSV line into fields (RFC 4180 quoting), to check the writer from outside.
 std::vector<std::string> CsvFields(const std::string& line) {
@@ -78,6 +79,30 @@ TEST(OutputTest, RequestJsonHasTheFiguresAndTheError) {
   EXPECT_EQ(nlohmann::json::parse(lines[1]), f);
 }
 
+TEST(OutputTest, RequestJsonSaysWhatWasCancelledAndWhere) {
+  RequestResult cancelled;
+  cancelled.cancel = {.after_tokens = 5};
+  cancelled.record.cancelled = true;
+  cancelled.record.output_tokens = 6;  // a message of two tokens crossed the mark
+  const nlohmann::json c = RequestJson(cancelled);
+  EXPECT_EQ(c["ok"], false);
+  EXPECT_EQ(c["cancelled"], true);
+  EXPECT_FALSE(c.contains("error")) << "a cancel is not a failure";
+  EXPECT_EQ(c["cancel_after_tokens"], 5);
+  EXPECT_FALSE(c.contains("cancel_after_ms"));
+  EXPECT_EQ(c["output_tokens"], 6);
+
+  RequestResult planned;  // completed before its cancel came due
+  planned.record.ok = true;
+  planned.cancel = {.after_ms = 12.5};
+  const nlohmann::json p = RequestJson(planned);
+  EXPECT_EQ(p["cancelled"], false);
+  EXPECT_EQ(p["cancel_after_ms"], 12.5);
+
+  const nlohmann::json none = RequestJson(RequestResult{});
+  EXPECT_FALSE(none.contains("cancel_after_tokens") || none.contains("cancel_after_ms"));
+}
+
 TEST(OutputTest, CsvFieldsAreQuotedOnlyWhenNeeded) {
   EXPECT_EQ(CsvField("plain"), "plain");
   EXPECT_EQ(CsvField("a,b"), "\"a,b\"");
@@ -133,6 +158,14 @@ TEST(OutputTest, ReportShowsTheFigures) {
   EXPECT_THAT(report, HasSubstr("Acceptance rate (%):                     n/a\n"));
   EXPECT_THAT(report, HasSubstr("Acceptance per depth:                    0.75 0.50\n"));
   EXPECT_THAT(report, HasSubstr("Server counters (delta):                 match\n"));
+  EXPECT_THAT(report, Not(HasSubstr("Cancelled"))) << "no cancels, no line";
+  nlohmann::json with_cancels = summary;
+  with_cancels["cancelled"] = 7;
+  with_cancels["metrics_check"]["comparison"] = "servers_at_least";
+  const std::string cancelled_report = SummaryReport(with_cancels, std::vector<double>{99});
+  EXPECT_THAT(cancelled_report, HasSubstr("Failed requests:                         0\n"
+                                          "Cancelled requests:                      7\n"));
+  EXPECT_THAT(cancelled_report, HasSubstr("match (servers >= harness: requests were cancelled)\n"));
 }
 
 TEST(OutputTest, WriteFileNamesAnUnwritablePath) {

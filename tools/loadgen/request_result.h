@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "tools/loadgen/cancel_plan.h"
 #include "tools/loadgen/serving_stats.h"
 
 namespace treespec::loadgen {
@@ -19,6 +20,7 @@ struct RequestResult {
   double send_unix_s = 0;     // the same on the wall clock (to line up with logs and signals)
   std::string finish_reason;  // FINISH_REASON_* name, empty for a failure
   std::string error;          // "CODE: message" for a failure, empty otherwise
+  CancelPoint cancel;         // when the client meant to cancel it (--cancel_fraction)
 };
 
 }  // namespace treespec::loadgen

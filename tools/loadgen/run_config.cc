@@ -130,6 +130,12 @@ absl::Status ValidateRunConfig(const RunConfig& c) {
   if (!(c.connect_timeout_s > 0) || !std::isfinite(c.connect_timeout_s)) {
     return Invalid("connect_timeout_s", absl::StrCat(c.connect_timeout_s, ": must be > 0"));
   }
+  if (!(c.cancel_fraction >= 0 && c.cancel_fraction <= 1)) {
+    return Invalid("cancel_fraction", absl::StrCat(c.cancel_fraction, ": must be in [0, 1]"));
+  }
+  if (!(c.cancel_delay_ms >= 0) || !std::isfinite(c.cancel_delay_ms)) {
+    return Invalid("cancel_delay_ms", absl::StrCat(c.cancel_delay_ms, ": must be finite and >= 0"));
+  }
   switch (c.dataset) {
     case DatasetKind::kRandom:
       if (!c.dataset_path.empty()) {
@@ -210,6 +216,8 @@ nlohmann::json ToJson(const RunConfig& c) {
   j["request_timeout_s"] = c.request_timeout_s;
   j["connect_timeout_s"] = c.connect_timeout_s;
   j["failover"] = c.failover;
+  j["cancel_fraction"] = c.cancel_fraction;
+  j["cancel_delay_ms"] = c.cancel_delay_ms;
   j["percentiles"] = c.percentiles;
   nlohmann::json goodput = nlohmann::json::object();
   if (c.slo.ttft_ms) goodput["ttft"] = *c.slo.ttft_ms;

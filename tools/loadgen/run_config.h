@@ -38,6 +38,8 @@ struct RunConfig {
   // TLS to the verifiers (PEM files; empty ca = plaintext): ca checks their certificate, cert and
   // key are the client's for mutual TLS.
   std::string tls_ca, tls_cert, tls_key;
+  // Its first line is the bearer token every call carries (verifiers with --auth_token_file).
+  std::string auth_token_file;
   // What: the dataset.
   DatasetKind dataset = DatasetKind::kRandom;
   std::string dataset_path;  // JSONL
@@ -60,6 +62,10 @@ struct RunConfig {
   double request_timeout_s = 600;
   double connect_timeout_s = 10;  // for every target to answer GetModelInfo at the start
   bool failover = true;  // retry a request refused (UNAVAILABLE, no token yet) on another target
+  // Cancels by the client (cancel_plan.h): this share of the requests, chosen with `seed`, half
+  // before their first token (at a delay uniform in [0, cancel_delay_ms]) and half mid-stream.
+  double cancel_fraction = 0;
+  double cancel_delay_ms = 100;
   // What is reported.
   std::vector<double> percentiles = {99};
   Slo slo;

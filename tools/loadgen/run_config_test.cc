@@ -101,6 +101,12 @@ TEST(ValidateRunConfigTest, AcceptsTheDefaultsAndNamesEachBadFlag) {
       {[](RunConfig& c) { c.duration_s = -1; }, "--duration_s: -1"},
       {[](RunConfig& c) { c.request_timeout_s = 0; }, "--request_timeout_s: 0"},
       {[](RunConfig& c) { c.connect_timeout_s = -1; }, "--connect_timeout_s: -1"},
+      {[](RunConfig& c) { c.cancel_fraction = 1.5; }, "--cancel_fraction: 1.5"},
+      {[](RunConfig& c) { c.cancel_fraction = -0.1; }, "--cancel_fraction: -0.1"},
+      {[](RunConfig& c) { c.cancel_fraction = std::nan(""); }, "--cancel_fraction"},
+      {[](RunConfig& c) { c.cancel_delay_ms = -1; }, "--cancel_delay_ms: -1"},
+      {[](RunConfig& c) { c.cancel_delay_ms = std::numeric_limits<double>::infinity(); },
+       "--cancel_delay_ms: inf"},
       {[](RunConfig& c) { c.random_input_len = 0; }, "--random_input_len: 0"},
       {[](RunConfig& c) { c.random_output_len = -3; }, "--random_output_len: -3"},
       {[](RunConfig& c) { c.random_range_ratio = 1; }, "--random_range_ratio: 1"},
@@ -132,6 +138,10 @@ TEST(ValidateRunConfigTest, AcceptsTheDefaultsAndNamesEachBadFlag) {
   closed.request_rate = inf;
   closed.max_concurrency = 4;
   EXPECT_TRUE(ValidateRunConfig(closed).ok());
+  RunConfig all_cancelled = Good();
+  all_cancelled.cancel_fraction = 1;
+  all_cancelled.cancel_delay_ms = 0;
+  EXPECT_TRUE(ValidateRunConfig(all_cancelled).ok());
 }
 
 TEST(RunConfigJsonTest, WritesAnInfiniteRateAsText) {

@@ -78,11 +78,15 @@ bool MeetsSlo(const RequestRecord& r, const Slo& slo) {
 
 nlohmann::json Summarize(absl::Span<const RequestRecord> records, double duration_s,
                          absl::Span<const double> percentiles, const Slo& slo) {
-  int completed = 0, failed = 0, good = 0;
+  int completed = 0, failed = 0, cancelled = 0, good = 0;
   int64_t input = 0, output = 0, drafts = 0, draft_tokens = 0, accepted = 0;
   std::vector<int64_t> per_depth;
   std::vector<double> ttft, tpot, itl, e2el;
   for (const RequestRecord& r : records) {
+    if (r.cancelled) {
+      ++cancelled;
+      continue;
+    }
     if (!r.ok) {
       ++failed;
       continue;
@@ -110,6 +114,7 @@ nlohmann::json Summarize(absl::Span<const RequestRecord> records, double duratio
   out["duration"] = duration_s;
   out["completed"] = completed;
   out["failed"] = failed;
+  out["cancelled"] = cancelled;
   out["total_input_tokens"] = input;
   out["total_output_tokens"] = output;
   out["request_throughput"] = per_second(completed);

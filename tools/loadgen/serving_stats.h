@@ -27,6 +27,9 @@ namespace treespec::loadgen {
 // One request as the harness saw it. Times in ms from the request's send.
 struct RequestRecord {
   bool ok = false;  // completed without error (failed requests count only as failures)
+  // The client cancelled it on purpose (--cancel_fraction) before it completed: counted apart,
+  // neither completed nor failed, and left out of every other figure.
+  bool cancelled = false;
   int input_tokens = 0;
   int output_tokens = 0;
   double ttft_ms = 0;
@@ -54,7 +57,7 @@ std::optional<double> Tpot(const RequestRecord& r);
 // Whether a completed record meets every SLO that is set.
 bool MeetsSlo(const RequestRecord& r, const Slo& slo);
 
-// The summary of a run of `duration_s` seconds: completed, failed, total_input_tokens,
+// The summary of a run of `duration_s` seconds: completed, failed, cancelled, total_input_tokens,
 // total_output_tokens, request_throughput, request_goodput (when any SLO is set),
 // output_throughput, total_token_throughput, {mean,median,std,p<P>}_{ttft,tpot,itl,e2el}_ms for
 // each P of `percentiles` (p99 is written "p99", p99.9 "p99.9"), and the speculation figures

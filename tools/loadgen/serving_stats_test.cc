@@ -71,6 +71,29 @@ TEST(SummarizeTest, TpotIsPerTokenWhileItlIsPerMessage) {
   EXPECT_FALSE(s.contains("request_goodput")) << "no SLO given";
 }
 
+TEST(SummarizeTest, CancelledRequestsAreCountedApartAndLeftOutOfTheFigures) {
+  std::vector<RequestRecord> records = Fixture();
+  RequestRecord cancelled;  // slow and speculative: would move every figure if it counted
+  cancelled.cancelled = true;
+  cancelled.input_tokens = 1000;
+  cancelled.output_tokens = 40;
+  cancelled.ttft_ms = 5000;
+  cancelled.e2el_ms = 9000;
+  cancelled.itl_ms = {4000};
+  cancelled.drafts = 10;
+  cancelled.draft_tokens = 160;
+  cancelled.accepted_per_depth = {9, 9, 9, 9};
+  records.push_back(cancelled);
+  const nlohmann::json with = Summarize(records, 2.0, std::vector<double>{99}, {.ttft_ms = 1e9});
+  const nlohmann::json without =
+      Summarize(Fixture(), 2.0, std::vector<double>{99}, {.ttft_ms = 1e9});
+  EXPECT_EQ(with["cancelled"], 1);
+  EXPECT_EQ(without["cancelled"], 0);
+  nlohmann::json rest = with;
+  rest["cancelled"] = 0;
+  EXPECT_EQ(rest, without) << "completed, failed, tokens, latencies, goodput and speculation";
+}
+
 TEST(SummarizeTest, GoodputCountsRequestsMeetingEverySlo) {
   const std::vector<RequestRecord> records = Fixture();
   const std::vector<double> p = {99};

@@ -45,11 +45,19 @@ absl::StatusOr<SpecCounters> ScrapeSpecCounters(absl::Span<const HttpUrl> urls,
 // spec_decode_acceptance_length (null without drafts).
 nlohmann::json ToJson(const SpecCounters& counters);
 
-// Each way the servers' `delta` differs from the summary of serving_stats.h's Summarize (one
-// line per figure, naming both values); empty when they agree. Trailing zero depths are
-// ignored on both sides.
+// How the servers' deltas must relate to the harness's figures.
+enum class SpecMatch {
+  kExact,           // equal: every request the servers counted reported its figures
+  kServersAtLeast,  // each >= the harness's: requests cancelled by the client were counted by
+                    // the servers (as far as they ran) but reported nothing to the harness
+};
+
+// Each way the servers' `delta` disagrees with the summary of serving_stats.h's Summarize under
+// `match` (one line per figure, naming both values); empty when they agree. Trailing zero
+// depths are ignored on both sides; under kServersAtLeast depths compare one by one.
 std::vector<std::string> CompareWithSummary(const nlohmann::json& summary,
-                                            const SpecCounters& delta);
+                                            const SpecCounters& delta,
+                                            SpecMatch match = SpecMatch::kExact);
 
 }  // namespace treespec::loadgen
 

@@ -88,6 +88,27 @@ TEST(SpecCountersTest, ComparesWithTheSummaryFigureByFigure) {
                           "[6,4,1]"));
 }
 
+// With cancelled requests the servers counted more than the harness saw: at least is enough,
+// fewer is still a mismatch, and a depth the harness has but the servers lack is one too.
+TEST(SpecCountersTest, ServersAtLeastAllowsMoreButNotFewer) {
+  const nlohmann::json summary = {{"spec_decode_num_drafts", 7},
+                                  {"spec_decode_draft_tokens", 70},
+                                  {"spec_decode_accepted_tokens", 12},
+                                  {"spec_decode_accepted_tokens_per_position", {6, 5, 1}}};
+  const SpecMatch at_least = SpecMatch::kServersAtLeast;
+  SpecCounters servers = {
+      .drafts = 9, .draft_tokens = 90, .accepted_tokens = 12, .accepted_per_depth = {7, 5, 1, 2}};
+  EXPECT_TRUE(CompareWithSummary(summary, servers, at_least).empty());
+  EXPECT_EQ(CompareWithSummary(summary, servers).size(), 3u) << "not exact";
+  servers.accepted_tokens = 11;
+  servers.accepted_per_depth = {7, 5};
+  EXPECT_THAT(CompareWithSummary(summary, servers, at_least),
+              ElementsAre("spec_decode_accepted_tokens: harness 12, servers 11 (the servers "
+                          "counted fewer)",
+                          "spec_decode_accepted_tokens_per_position: harness [6,5,1], servers "
+                          "[7,5] (the servers counted fewer)"));
+}
+
 // Two requests end on a verifier's ServingMetrics; the scrape's delta equals both the counts
 // put in and the summary of the same requests as the harness would record them.
 TEST(SpecCountersTest, ScrapedDeltaOfTheVerifiersMetricsMatchesTheSummary) {
