@@ -226,6 +226,53 @@ TEST_F(EngineTest, RequestsWaitForKvPages) {
   EXPECT_EQ((*model)->kv_cache().free_pages(), 12);
 }
 
+// Admission: a request that could never fit the KV cache is refused at validation, and one past
+// a full queue at submission, both RESOURCE_EXHAUSTED saying what to change; the engine keeps
+// serving the others.
+TEST_F(EngineTest, AdmissionLimitsAreResourceExhausted) {
+  LmOptions lm;
+  lm.kv_pages = 12;  // 300 new tokens need ceil((40 + 300 + 16 + 1) / 16) = 23 pages > 12
+  auto model = LoadCpuCausalLm(*target_dir_, lm);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EngineOptions options;
+  options.max_queue = 1;
+  Engine engine(model->get(), nullptr, nullptr, options);
+
+  GenerationRequest too_big = Request(Prompt(5), SpecMode::kOff, 300);
+  absl::Status big = engine.Validate(too_big);
+  EXPECT_EQ(big.code(), absl::StatusCode::kResourceExhausted) << big;
+  EXPECT_THAT(std::string(big.message()), ::testing::HasSubstr("--kv_pages"));
+
+  // 100 new tokens need 10 pages: one runs, the next waits for pages in the queue, a third is
+  // refused.
+  GenerationRequest running = Request(Prompt(5), SpecMode::kOff, 100);
+  ASSERT_TRUE(engine.Validate(running).ok());
+  auto running_sink = std::make_shared<RecordingSink>();
+  absl::StatusOr<uint64_t> handle = engine.Submit(running, running_sink);
+  ASSERT_TRUE(handle.ok());
+  for (int i = 0; i < 5000 && engine.Snapshot().running < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(engine.Snapshot().running, 1);
+  GenerationRequest waiting = Request(Prompt(6), SpecMode::kOff, 100);
+  ASSERT_TRUE(engine.Validate(waiting).ok());
+  auto waiting_sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine.Submit(waiting, waiting_sink).ok());
+  GenerationRequest refused = Request(Prompt(7), SpecMode::kOff, 100);
+  ASSERT_TRUE(engine.Validate(refused).ok());
+  absl::StatusOr<uint64_t> full = engine.Submit(refused, std::make_shared<RecordingSink>());
+  EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted) << full.status();
+  EXPECT_THAT(std::string(full.status().message()), ::testing::HasSubstr("queue is full"));
+
+  engine.Cancel(*handle);
+  ASSERT_TRUE(waiting_sink->Wait());
+  EXPECT_THAT(waiting_sink->ids(), ElementsAreArray(Plain(waiting)));
+  for (int i = 0; i < 2000 && engine.Snapshot().running > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ((*model)->kv_cache().free_pages(), 12);
+}
+
 TEST_F(EngineTest, CancelFreesKvPages) {
   const int total = target_->kv_cache().num_pages();
   Engine engine(target_.get(), nullptr, nullptr, EngineOptions());
