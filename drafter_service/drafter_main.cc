@@ -64,7 +64,8 @@ ABSL_FLAG(int, session_idle_timeout_s, 60,
           "hung without closing its streams); 0 = never");
 ABSL_FLAG(int, keepalive_s, 30,
           "ping a verifier connection quiet for this long and drop it (with its sessions) when "
-          "no answer comes within 10 s; 0 = off");
+          "no answer comes within 10 s; verifiers may ping every half of this (their own "
+          "--keepalive_s); 0 = off");
 ABSL_FLAG(int, max_message_bytes, 4 << 20,
           "largest message accepted, in bytes; a bigger one fails its session with "
           "RESOURCE_EXHAUSTED");

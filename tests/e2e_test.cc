@@ -1,7 +1,8 @@
 // The real binaries on loopback: treespec-drafter + treespec-verifier with the shipped tiny
-// pair. Concurrent streaming clients, a drafter killed mid-run, a verifier hung or killed
-// mid-run, client cancel, SIGTERM, message size limits, and start-up failures on missing or
-// corrupt model directories.
+// pair. Concurrent streaming clients, a drafter killed mid-run (and what the verifier logs while
+// it is down), a drafter stopped mid-run (keepalive), idle links with a short keepalive, a
+// verifier hung or killed mid-run, client cancel, SIGTERM, message size and request limits, and
+// start-up failures on missing or corrupt model directories.
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 
@@ -10,9 +11,13 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/rpc/keepalive.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
@@ -30,6 +35,7 @@ namespace fs = std::filesystem;
 using testing::ChildProcess;
 using testing::CodePrompts;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::Outcome;
 using testing::TextRequest;
 
@@ -63,35 +69,48 @@ constexpr int kDrainSeconds = 120;
 // few milliseconds (tens under a sanitizer).
 constexpr int kIdleTimeoutS = 5;
 constexpr int kMaxMessageBytes = 1 << 20;  // both services' receive limit
+// The verifier's limits, off their defaults (GetModelInfo must report them as configured).
+constexpr int kMaxQueue = 200;
+constexpr int kMaxNewTokensLimit = 1950;
 
 class E2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
     logs_ = TempDir();
-    drafter_ = std::make_unique<ChildProcess>(
-        std::vector<std::string>{kBin + "/treespec-drafter", "--port=0",
-                                 "--draft_model=" + kRoot + "/models/tiny-draft",
-                                 absl::StrCat("--drain_seconds=", kDrainSeconds),
-                                 absl::StrCat("--session_idle_timeout_s=", kIdleTimeoutS),
-                                 absl::StrCat("--max_message_bytes=", kMaxMessageBytes)},
-        logs_ + "/drafter.log");
-    const std::string drafter_metrics = drafter_->WaitForLine("metrics on", 60);
-    ASSERT_FALSE(drafter_metrics.empty()) << drafter_->Stderr();
-    drafter_metrics_port_ = PortOf(drafter_metrics);
-    drafter_addr_ = drafter_->WaitForAddress(60);
+    StartDrafter(0);
+    ASSERT_NE(drafter_metrics_port_, 0) << drafter_->Stderr();
     ASSERT_FALSE(drafter_addr_.empty()) << drafter_->Stderr();
     StartVerifier();
   }
 
+  // (Re)starts the drafter on `port` (0: a free one).
+  void StartDrafter(int port) {
+    std::vector<std::string> argv = {kBin + "/treespec-drafter",
+                                     absl::StrCat("--port=", port),
+                                     "--draft_model=" + kRoot + "/models/tiny-draft",
+                                     absl::StrCat("--drain_seconds=", kDrainSeconds),
+                                     absl::StrCat("--session_idle_timeout_s=", kIdleTimeoutS),
+                                     absl::StrCat("--max_message_bytes=", kMaxMessageBytes)};
+    if (keepalive_s_ > 0) argv.push_back(absl::StrCat("--keepalive_s=", keepalive_s_));
+    drafter_ = std::make_unique<ChildProcess>(argv, logs_ + "/drafter.log");
+    const std::string drafter_metrics = drafter_->WaitForLine("metrics on", 60);
+    drafter_metrics_port_ = drafter_metrics.empty() ? 0 : PortOf(drafter_metrics);
+    drafter_addr_ = drafter_->WaitForAddress(60);
+  }
+
   // (Re)starts the verifier and connects stub_ to it.
   void StartVerifier() {
-    verifier_ = std::make_unique<ChildProcess>(
-        std::vector<std::string>{kBin + "/treespec-verifier", "--port=0",
-                                 "--model=" + kRoot + "/models/tiny-target",
-                                 "--drafter=" + drafter_addr_, "--draft_timeout_ms=200",
-                                 absl::StrCat("--drain_seconds=", kDrainSeconds),
-                                 absl::StrCat("--max_message_bytes=", kMaxMessageBytes)},
-        logs_ + "/verifier.log");
+    std::vector<std::string> argv = {kBin + "/treespec-verifier",
+                                     "--port=0",
+                                     "--model=" + kRoot + "/models/tiny-target",
+                                     "--drafter=" + drafter_addr_,
+                                     "--draft_timeout_ms=200",
+                                     absl::StrCat("--drain_seconds=", kDrainSeconds),
+                                     absl::StrCat("--max_message_bytes=", kMaxMessageBytes),
+                                     absl::StrCat("--max_queue=", kMaxQueue),
+                                     absl::StrCat("--max_new_tokens_limit=", kMaxNewTokensLimit)};
+    if (keepalive_s_ > 0) argv.push_back(absl::StrCat("--keepalive_s=", keepalive_s_));
+    verifier_ = std::make_unique<ChildProcess>(argv, logs_ + "/verifier.log");
     // "treespec-verifier metrics on HOST:PORT" comes first, then the listening line.
     const std::string metrics = verifier_->WaitForLine("metrics on", 60);
     ASSERT_FALSE(metrics.empty()) << verifier_->Stderr();
@@ -109,6 +128,7 @@ class E2eTest : public ::testing::Test {
   }
 
   std::string logs_, addr_, drafter_addr_;
+  int keepalive_s_ = 0;  // both services' --keepalive_s; 0: their default (30)
   int metrics_port_ = 0, drafter_metrics_port_ = 0;
   std::unique_ptr<ChildProcess> drafter_, verifier_;
   std::unique_ptr<v1::Generation::Stub> stub_;
@@ -326,12 +346,15 @@ TEST_F(E2eTest, HungOrKilledVerifierLosesItsDrafterSessions) {
 }
 
 // Both services refuse a message over --max_message_bytes with RESOURCE_EXHAUSTED (the verifier
-// reports its limit in GetModelInfo) and serve the next request.
+// reports its limits, this one, --max_queue and --max_new_tokens_limit, in GetModelInfo) and
+// serve the next request.
 TEST_F(E2eTest, MessagesOverTheSizeLimitAreRefused) {
   grpc::ClientContext info_context;
   v1::ModelInfo info;
   ASSERT_TRUE(stub_->GetModelInfo(&info_context, v1::GetModelInfoRequest(), &info).ok());
   EXPECT_EQ(info.max_message_bytes(), kMaxMessageBytes);
+  EXPECT_EQ(info.max_queue(), kMaxQueue);
+  EXPECT_EQ(info.max_new_tokens_limit(), kMaxNewTokensLimit);
   const Outcome big =
       Generate(stub_.get(), std::string(kMaxMessageBytes + 100, 'x'), v1::SPECULATION_MODE_OFF, 8);
   EXPECT_EQ(big.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
@@ -351,6 +374,127 @@ TEST_F(E2eTest, MessagesOverTheSizeLimitAreRefused) {
   const Outcome good = Generate(stub_.get(), kPrompts[2], v1::SPECULATION_MODE_AUTO, 16);
   ASSERT_TRUE(good.status.ok()) << good.status.error_message();
   EXPECT_GT(good.last.speculation().drafted_tokens(), 0);
+}
+
+// Sends short speculative requests, one after another, until one is drafted (true) or
+// `timeout_s` pass (false): the drafter link is working (again).
+bool EventuallyDrafted(v1::Generation::Stub* stub, int timeout_s) {
+  return Eventually(
+      [&] {
+        const Outcome o = Generate(stub, kPrompts[2], v1::SPECULATION_MODE_AUTO, 16);
+        return o.status.ok() && o.last.speculation().drafted_tokens() > 0;
+      },
+      timeout_s);
+}
+
+// The lines of `log` at `tag` ('W', 'I', ...) written from `file` that contain `needle`.
+int LogLines(const std::string& log, char tag, const std::string& file, const std::string& needle) {
+  int n = 0;
+  std::istringstream in(log);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line[0] == tag && line.find(" " + file + ":") != std::string::npos &&
+        line.find(needle) != std::string::npos) {
+      ++n;
+    }
+  }
+  return n;
+}
+
+// While the drafter is down, the verifier logs one WARNING for the broken link, not one per
+// request (the per-request repeats are at DEBUG); once a restarted drafter delivers again, one
+// INFO says so.
+TEST_F(E2eTest, DrafterDownLogsOneWarningNotOnePerRequest) {
+  constexpr int kRequests = 8;
+  const std::string file = "drafter_client.cc";
+  const Outcome before = Generate(stub_.get(), kPrompts[3], v1::SPECULATION_MODE_AUTO, 16);
+  ASSERT_TRUE(before.status.ok()) << before.status.error_message();
+  const int port = PortOf(drafter_addr_);
+  drafter_->Signal(SIGKILL);
+  EXPECT_EQ(drafter_->Wait(30), 128 + SIGKILL);
+  for (int i = 0; i < kRequests; ++i) {
+    const Outcome o =
+        Generate(stub_.get(), kPrompts[i % kPrompts.size()], v1::SPECULATION_MODE_AUTO, 16);
+    ASSERT_TRUE(o.status.ok()) << o.status.error_message();
+  }
+  EXPECT_EQ(LogLines(verifier_->Stderr(), 'W', file, ""), 1) << verifier_->Stderr();
+
+  StartDrafter(port);
+  ASSERT_FALSE(drafter_addr_.empty()) << "could not restart on port " << port;
+  EXPECT_TRUE(EventuallyDrafted(stub_.get(), 60));
+  const std::string log = verifier_->Stderr();
+  EXPECT_EQ(LogLines(log, 'I', file, "deliver again"), 1) << log;
+  EXPECT_EQ(LogLines(log, 'W', file, ""), 1) << log;
+}
+
+// Both services with --keepalive_s=1: the verifier pings its drafter connections every second
+// (and the drafter pings the verifier's).
+class E2eKeepaliveTest : public E2eTest {
+ protected:
+  E2eKeepaliveTest() { keepalive_s_ = 1; }
+};
+
+// A drafter that stops answering without closing its connections (SIGSTOP: its kernel still
+// acknowledges TCP) is noticed by the verifier's keepalive: the connection is dropped within
+// --keepalive_s + kKeepaliveTimeoutS, and the running request's session with it, which is then
+// reopened (without keepalive it would wait on the dead stream for as long as the request runs).
+// The request's output stays plain decoding's, and the drafter drafts again once it resumes.
+TEST_F(E2eKeepaliveTest, StoppedDrafterIsDroppedByKeepaliveAndOutputIsUnchanged) {
+  constexpr int kMaxNew = 1900;
+  const std::string reopens = "treespec_drafter_session_reopens_total";
+  const Outcome plain = Generate(stub_.get(), kPrompts[0], v1::SPECULATION_MODE_OFF, kMaxNew);
+  ASSERT_TRUE(plain.status.ok()) << plain.status.error_message();
+  Outcome spec;
+  std::thread client(
+      [&] { spec = Generate(stub_.get(), kPrompts[0], v1::SPECULATION_MODE_AUTO, kMaxNew); });
+  EXPECT_TRUE(Eventually(
+      [&] { return Metric(drafter_metrics_port_, "treespec_drafter_sessions_active") == 1; }, 60));
+  EXPECT_EQ(Metric(metrics_port_, reopens), 0);
+
+  drafter_->Signal(SIGSTOP);
+  const absl::Time stopped = absl::Now();
+  const bool dropped = Eventually([&] { return Metric(metrics_port_, reopens) >= 1; }, 40);
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - stopped);
+  drafter_->Signal(SIGCONT);
+  client.join();
+  EXPECT_TRUE(dropped) << "the session on the stopped drafter was never dropped";
+  // A ping within keepalive_s, its ack overdue kKeepaliveTimeoutS later, then the session's
+  // reopen at the request's next commit after a backoff of about 0.1 s.
+  EXPECT_LT(seconds, keepalive_s_ + kKeepaliveTimeoutS + 5);
+  ASSERT_TRUE(spec.status.ok()) << spec.status.error_message();
+  EXPECT_EQ(spec.ids, plain.ids);
+  EXPECT_TRUE(EventuallyDrafted(stub_.get(), 60)) << "no speculation after the drafter resumed";
+}
+
+// Pings every second on idle links are answered, not punished: neither a client channel to the
+// drafter with the verifier's keepalive settings nor the verifier's own drafter link is sent
+// GOAWAY "too_many_pings" (gRPC's default policy allows one ping per 5 minutes, or per 2 hours
+// without calls, and drops the connection on the third too early).
+TEST_F(E2eKeepaliveTest, IdleLinksWithShortKeepaliveStayUp) {
+  // The verifier's link is up (its channel connects at the first session).
+  const Outcome first = Generate(stub_.get(), kPrompts[1], v1::SPECULATION_MODE_AUTO, 16);
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  EXPECT_GT(first.last.speculation().drafted_tokens(), 0);
+
+  grpc::ChannelArguments args;
+  SetClientKeepalive(args, keepalive_s_);
+  auto channel = grpc::CreateCustomChannel(drafter_addr_, grpc::InsecureChannelCredentials(), args);
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext context;
+  grpc::health::v1::HealthCheckResponse response;
+  ASSERT_TRUE(health->Check(&context, grpc::health::v1::HealthCheckRequest(), &response).ok());
+  ASSERT_EQ(channel->GetState(false), GRPC_CHANNEL_READY);
+  // Ten pings' worth of silence, here with no call open, on the verifier's link with its
+  // health watch open (without the server's permission both were dropped within 3-7 s).
+  const auto idle_end = std::chrono::system_clock::now() + std::chrono::seconds(10);
+  const bool changed = channel->WaitForStateChange(GRPC_CHANNEL_READY, idle_end);
+  EXPECT_FALSE(changed) << "the idle connection went " << channel->GetState(false);
+  std::this_thread::sleep_until(idle_end);
+
+  EXPECT_THAT(verifier_->Stderr(), Not(HasSubstr("too_many_pings")));
+  const Outcome after = Generate(stub_.get(), kPrompts[1], v1::SPECULATION_MODE_AUTO, 16);
+  ASSERT_TRUE(after.status.ok()) << after.status.error_message();
+  EXPECT_GT(after.last.speculation().drafted_tokens(), 0);
+  EXPECT_EQ(Metric(metrics_port_, "treespec_drafter_session_reopens_total"), 0);
 }
 
 // Both servers close a connection once it reaches --max_connection_age_s (GOAWAY), so clients

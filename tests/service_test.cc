@@ -61,6 +61,10 @@ Drafter StartDrafter() {
 
 class ServiceTest : public ::testing::Test {
  protected:
+  static constexpr int kMaxQueue = 100;
+  static constexpr int kMaxDepthLimit = 32;
+  static constexpr int kMaxNewTokensLimit = 1900;
+
   void SetUp() override {
     drafter_ = StartDrafter();
     ASSERT_NE(drafter_.port, 0);
@@ -72,6 +76,10 @@ class ServiceTest : public ::testing::Test {
     options.drafter = "127.0.0.1:" + std::to_string(drafter_.port);
     options.engine.max_batch = 8;
     options.engine.draft_timeout = absl::Milliseconds(200);  // generous: CI machines are slow
+    // Limits off their defaults, so ModelInfoAndHealth sees them reported as configured.
+    options.engine.max_queue = kMaxQueue;
+    options.engine.max_depth_limit = kMaxDepthLimit;
+    options.engine.max_new_tokens_limit = kMaxNewTokensLimit;
     options.info.model_name = "tiny-target";
     options.info.device = "cpu";
     verifier_ = std::make_unique<testing::LocalVerifier>(model_.get(), tokenizer_.get(), options);
@@ -168,6 +176,11 @@ TEST_F(ServiceTest, BadInputGetsActionableStatusAndServerKeepsServing) {
       {"max_new_tokens INT32_MAX",
        [](auto& r) { r.mutable_sampling()->set_max_new_tokens(2147483647); },
        grpc::INVALID_ARGUMENT, "exceeds the context length 2048"},
+      {"max_new_tokens over the limit",
+       [](auto& r) { r.mutable_sampling()->set_max_new_tokens(kMaxNewTokensLimit + 1); },
+       grpc::INVALID_ARGUMENT, "allows at most 1900 (--max_new_tokens_limit)"},
+      {"max_depth over the limit", [](auto& r) { r.mutable_speculation()->set_max_depth(33); },
+       grpc::INVALID_ARGUMENT, "max_depth must be in [1, 32]"},
       {"temperature < 0", [](auto& r) { r.mutable_sampling()->set_temperature(-0.5f); },
        grpc::INVALID_ARGUMENT, "temperature must be a finite number >= 0"},
       {"top_p 0", [](auto& r) { r.mutable_sampling()->set_top_p(0.0f); }, grpc::INVALID_ARGUMENT,
@@ -388,6 +401,11 @@ TEST_F(ServiceTest, ModelInfoAndHealth) {
   EXPECT_EQ(info.num_layers(), 6);
   EXPECT_THAT(info.eos_token_ids(), ::testing::ElementsAre(0));
   EXPECT_EQ(info.max_prompt_tokens(), 2047);
+  EXPECT_EQ(info.max_queue(), kMaxQueue);
+  EXPECT_EQ(info.max_depth_limit(), kMaxDepthLimit);
+  EXPECT_EQ(info.max_new_tokens_limit(), kMaxNewTokensLimit);
+  EXPECT_EQ(info.max_tree_budget(), 256);
+  EXPECT_EQ(info.default_max_new_tokens(), 256);
   grpc::HealthCheckServiceInterface* health = verifier_->server()->GetHealthCheckService();
   ASSERT_NE(health, nullptr);
 }

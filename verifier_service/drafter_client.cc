@@ -3,18 +3,54 @@
 #include <grpc/grpc.h>
 #include <grpcpp/support/channel_arguments.h>
 
+#include <atomic>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/rpc/health_checked_channel.h"
+#include "common/rpc/keepalive.h"
 #include "common/util/log.h"
 #include "verifier_service/proto_conversion.h"
 
 namespace treespec {
+
+// Whether the drafter link works, shared by every session of one GrpcDraftSource (so by every
+// request): a drafter that goes down is one WARNING when the link breaks and one INFO when a
+// session delivers again, not a line per request (a soak with the drafter killed now and then
+// logged hundreds); the repeats in between are at DEBUG. Any thread.
+class DrafterLinkState {
+ public:
+  explicit DrafterLinkState(std::string target) : target_(std::move(target)) {}
+
+  // A session failed (or could not open).
+  void Failed(const std::string& why) {
+    if (!broken_.exchange(true)) {
+      TS_LOG(kWarning,
+             "drafter %s: draft session failed: %s; requests run without speculation until a "
+             "session delivers again (further failures at DEBUG)",
+             target_, why);
+    } else {
+      TS_LOG(kDebug, "drafter %s: draft session failed: %s", target_, why);
+    }
+  }
+
+  // A session delivered a tree.
+  void Delivered() {
+    if (broken_.load(std::memory_order_relaxed) && broken_.exchange(false)) {
+      TS_LOG(kInfo, "drafter %s: draft sessions deliver again", target_);
+    }
+  }
+
+ private:
+  const std::string target_;
+  std::atomic<bool> broken_{false};  // since the last failure, no session has delivered
+};
 
 namespace {
 
@@ -23,11 +59,11 @@ namespace {
 // mu_.
 class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1::DraftResponse> {
  public:
-  // `params.prompt` is the request's whole context so far. `retry`: this reopens a session that
-  // broke, so a failure to open is expected while the drafter is down and logged quietly.
+  // `params.prompt` is the request's whole context so far; `link` learns how the call went.
   SessionReactor(v1::Drafter::Stub* stub, const DraftOpenParams& params,
-                 std::function<void()> on_arrival, ServingMetrics* metrics, bool retry)
-      : on_arrival_(std::move(on_arrival)), metrics_(metrics), retry_(retry) {
+                 std::function<void()> on_arrival, ServingMetrics* metrics,
+                 std::shared_ptr<DrafterLinkState> link)
+      : on_arrival_(std::move(on_arrival)), metrics_(metrics), link_(std::move(link)) {
     v1::DraftRequest open;
     v1::DraftOpen* o = open.mutable_open();
     o->set_request_id(params.request_id);
@@ -115,6 +151,7 @@ class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1
   }
 
   void OnReadDone(bool ok) override {
+    bool tree_arrived = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!ok) {
@@ -130,11 +167,13 @@ class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1
         latest_step_ = t.step();
         latest_ = std::move(tree);
         delivered_ = true;
+        tree_arrived = true;
         if (metrics_ != nullptr && latest_step_ == last_commit_step_) {
           metrics_->ObserveDrafterRoundTrip(absl::ToDoubleSeconds(absl::Now() - last_commit_sent_));
         }
       }
     }
+    if (tree_arrived) link_->Delivered();
     // Not under mu_: the engine takes its own lock and then ours in TakeTree. Under notify_mu_,
     // which Detach takes too, so the callback never runs after the stream let go.
     {
@@ -146,12 +185,9 @@ class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1
 
   // Runs once the stream has detached and every operation has finished.
   void OnDone(const grpc::Status& status) override {
+    // CANCELLED: the stream let go of the call (the request ended), not a failure.
     if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED) {
-      if (retry_ && !delivered_) {
-        TS_LOG(kDebug, "reopening a draft session failed: %s", status.error_message());
-      } else {
-        TS_LOG(kWarning, "draft session ended: %s", status.error_message());
-      }
+      link_->Failed(status.error_message());
     }
     delete this;
   }
@@ -171,7 +207,7 @@ class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1
   int64_t latest_step_ = -1;
   int64_t misnumbered_ = 0;
   ServingMetrics* const metrics_;  // may be null
-  const bool retry_;
+  const std::shared_ptr<DrafterLinkState> link_;
   int64_t last_commit_step_ = -1;  // the newest commit and when it was handed to gRPC
   absl::Time last_commit_sent_;
 };
@@ -181,13 +217,15 @@ class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1
 class GrpcDraftStream final : public DraftStream {
  public:
   GrpcDraftStream(v1::Drafter::Stub* stub, DraftOpenParams params, std::function<void()> on_arrival,
-                  ServingMetrics* metrics, const BackoffOptions& reconnect)
+                  ServingMetrics* metrics, const BackoffOptions& reconnect,
+                  std::shared_ptr<DrafterLinkState> link)
       : stub_(stub),
         open_(std::move(params)),
         on_arrival_(std::move(on_arrival)),
         metrics_(metrics),
+        link_(std::move(link)),
         backoff_(reconnect) {
-    session_ = new SessionReactor(stub_, open_, on_arrival_, metrics_, /*retry=*/false);
+    session_ = new SessionReactor(stub_, open_, on_arrival_, metrics_, link_);
   }
   ~GrpcDraftStream() override {
     if (session_ != nullptr) session_->Detach();
@@ -198,7 +236,7 @@ class GrpcDraftStream final : public DraftStream {
     if (session_ != nullptr && session_->broken()) DropSession(now);
     if (session_ == nullptr && now >= next_attempt_) {
       // Its context is everything before this commit, which it then gets like any other.
-      session_ = new SessionReactor(stub_, open_, on_arrival_, metrics_, /*retry=*/true);
+      session_ = new SessionReactor(stub_, open_, on_arrival_, metrics_, link_);
       if (metrics_ != nullptr) metrics_->OnDraftSessionReopened();
     }
     open_.prompt.insert(open_.prompt.end(), tokens.begin(), tokens.end());
@@ -224,8 +262,10 @@ class GrpcDraftStream final : public DraftStream {
     if (was_serving) backoff_.Reset();  // a fresh failure, not one more failed attempt
     const absl::Duration delay = backoff_.NextDelay();
     next_attempt_ = now + delay;
+    // Why it ended went to the link state; that the link is down is its line, not each
+    // request's.
     if (was_serving) {
-      TS_LOG(kWarning,
+      TS_LOG(kDebug,
              "request %s: draft session ended; without speculation until it reopens "
              "(first try in %s)",
              open_.request_id, absl::FormatDuration(delay));
@@ -238,6 +278,7 @@ class GrpcDraftStream final : public DraftStream {
   DraftOpenParams open_;  // prompt: the request's whole context so far (prompt + commits)
   const std::function<void()> on_arrival_;
   ServingMetrics* const metrics_;  // may be null
+  const std::shared_ptr<DrafterLinkState> link_;
   Backoff backoff_;
   SessionReactor* session_ = nullptr;  // null between a break and the next attempt
   absl::Time next_attempt_ = absl::InfinitePast();
@@ -245,7 +286,7 @@ class GrpcDraftStream final : public DraftStream {
 };
 
 // Channel-level reconnects (a drafter address that refused or dropped the connection) back off
-// like the sessions do.
+// like the sessions do; keepalive finds drafters that stopped answering without closing.
 grpc::ChannelArguments LinkArguments(const DrafterLinkOptions& options) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
@@ -253,6 +294,7 @@ grpc::ChannelArguments LinkArguments(const DrafterLinkOptions& options) {
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
               static_cast<int>(absl::ToInt64Milliseconds(options.reconnect.max)));
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
+  SetClientKeepalive(args, options.keepalive_s);
   return args;
 }
 
@@ -266,13 +308,14 @@ GrpcDraftSource::GrpcDraftSource(const std::string& target,
                                  DrafterLinkOptions options)
     : target_(target),
       options_(options),
+      link_(std::make_shared<DrafterLinkState>(target)),
       channel_(HealthCheckedChannel(target, std::move(credentials), LinkArguments(options))),
       stub_(v1::Drafter::NewStub(channel_)) {}
 
 std::unique_ptr<DraftStream> GrpcDraftSource::Open(const DraftOpenParams& params,
                                                    std::function<void()> on_arrival) {
   return std::make_unique<GrpcDraftStream>(stub_.get(), params, std::move(on_arrival),
-                                           metrics_.load(), options_.reconnect);
+                                           metrics_.load(), options_.reconnect, link_);
 }
 
 }  // namespace treespec

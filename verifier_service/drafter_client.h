@@ -27,7 +27,13 @@ struct DrafterLinkOptions {
   // Largest DraftResponse accepted, in bytes; a larger one breaks the session
   // (RESOURCE_EXHAUSTED), which is then reopened.
   int max_message_bytes = 4 << 20;
+  // A drafter connection quiet this long is pinged and dropped, failing its sessions (which
+  // are reopened), when no ack comes within kKeepaliveTimeoutS (common/rpc/keepalive.h): that
+  // is how a drafter host that vanished, or a drafter that hangs, is noticed. 0 = off.
+  int keepalive_s = 30;
 };
+
+class DrafterLinkState;
 
 class GrpcDraftSource final : public DraftSource {
  public:
@@ -50,6 +56,8 @@ class GrpcDraftSource final : public DraftSource {
  private:
   std::string target_;
   DrafterLinkOptions options_;
+  // Shared with the sessions (which may outlive this): logs the link breaking and recovering.
+  std::shared_ptr<DrafterLinkState> link_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Drafter::Stub> stub_;
   std::atomic<ServingMetrics*> metrics_{nullptr};

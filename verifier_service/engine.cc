@@ -44,7 +44,8 @@ absl::Status InvalidArgument(const std::string& message) {
 absl::Status ValidateEngineOptions(const EngineOptions& o) {
   auto bad = [](const std::string& what) { return absl::InvalidArgumentError(what); };
   if (o.max_batch < 1) return bad(absl::StrCat("--max_batch must be >= 1 (got ", o.max_batch, ")"));
-  if (o.max_queue < 0) return bad(absl::StrCat("--max_queue must be >= 0 (got ", o.max_queue, ")"));
+  // Every request waits in the queue before its first step, so 0 would refuse them all.
+  if (o.max_queue < 1) return bad(absl::StrCat("--max_queue must be >= 1 (got ", o.max_queue, ")"));
   if (o.max_tree_budget < 1) {
     return bad(absl::StrCat("--max_tree_budget must be >= 1 (got ", o.max_tree_budget, ")"));
   }
@@ -58,6 +59,14 @@ absl::Status ValidateEngineOptions(const EngineOptions& o) {
   }
   if (o.default_max_new_tokens < 1) {
     return bad(absl::StrCat("--max_new_tokens must be >= 1 (got ", o.default_max_new_tokens, ")"));
+  }
+  if (o.max_new_tokens_limit < 0) {
+    return bad(absl::StrCat("--max_new_tokens_limit must be >= 0 (got ", o.max_new_tokens_limit,
+                            "); 0 = only the context length bounds max_new_tokens"));
+  }
+  if (o.max_new_tokens_limit > 0 && o.default_max_new_tokens > o.max_new_tokens_limit) {
+    return bad(absl::StrCat("--max_new_tokens (", o.default_max_new_tokens,
+                            ") must be <= --max_new_tokens_limit (", o.max_new_tokens_limit, ")"));
   }
   if (o.context_length < 0) {
     return bad(absl::StrCat("--context_length must be >= 0 (got ", o.context_length, ")"));
@@ -78,6 +87,12 @@ Engine::Engine(CausalLm* model, const Tokenizer* tokenizer, DraftSource* drafts,
 }
 
 Engine::~Engine() { Shutdown(); }
+
+int Engine::max_new_tokens_limit() const {
+  const int by_context = options_.context_length - 1;
+  return options_.max_new_tokens_limit > 0 ? std::min(options_.max_new_tokens_limit, by_context)
+                                           : by_context;
+}
 
 int Engine::PagesFor(int slots) const {
   const int page = model_->kv_cache().page_size();
@@ -118,6 +133,11 @@ absl::Status Engine::Validate(GenerationRequest& r) const {
                                           " tokens) + sampling.max_new_tokens (", *r.max_new_tokens,
                                           ") exceeds the context length ", context,
                                           "; set max_new_tokens <= ", context - prompt_len));
+    }
+    if (options_.max_new_tokens_limit > 0 && *r.max_new_tokens > options_.max_new_tokens_limit) {
+      return InvalidArgument(absl::StrCat(
+          "sampling.max_new_tokens is ", *r.max_new_tokens, " but this server allows at most ",
+          options_.max_new_tokens_limit, " (--max_new_tokens_limit)"));
     }
   } else {
     r.max_new_tokens = std::min(options_.default_max_new_tokens, context - prompt_len);

@@ -31,6 +31,8 @@ struct EngineOptions {
   int max_tree_budget = 256;
   int max_depth_limit = 64;
   int default_max_new_tokens = 256;
+  // Largest max_new_tokens a request may ask for; 0: only the context length bounds it.
+  int max_new_tokens_limit = 0;
   int context_length = 0;                                 // 0: the model's max_position_embeddings
   absl::Duration draft_timeout = absl::Milliseconds(50);  // per-step wait for a draft
   int max_consecutive_timeouts = 3;                       // then stop waiting for that session
@@ -71,6 +73,9 @@ class Engine {
 
   const EngineOptions& options() const { return options_; }
   int context_length() const { return options_.context_length; }
+  // Largest max_new_tokens any request may ask for: the limit, or context length - 1 (the
+  // shortest prompt is one token).
+  int max_new_tokens_limit() const;
 
   // Fills defaults and checks `request` against the model and limits. INVALID_ARGUMENT (etc.)
   // with a message naming the field.

@@ -487,6 +487,40 @@ TEST_F(EngineTest, ValidationNamesTheField) {
   check(r, absl::StatusCode::kInvalidArgument, "16 stop_strings");
 }
 
+// --max_new_tokens_limit caps what a request may ask for below the context: one token more is
+// INVALID_ARGUMENT naming the field and the flag, the limit itself passes, and a request that
+// sets none gets the default (which the options keep within the limit).
+TEST_F(EngineTest, MaxNewTokensLimitIsInvalidArgumentNamingTheFlag) {
+  EngineOptions options;
+  options.max_new_tokens_limit = 100;
+  options.default_max_new_tokens = 40;
+  ASSERT_TRUE(ValidateEngineOptions(options).ok());
+  Engine engine(target_.get(), nullptr, nullptr, options);
+  EXPECT_EQ(engine.max_new_tokens_limit(), 100);
+
+  GenerationRequest over = Request(Prompt(5), SpecMode::kOff, 101);
+  const absl::Status refused = engine.Validate(over);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_EQ(refused.message(),
+            "sampling.max_new_tokens is 101 but this server allows at most 100 "
+            "(--max_new_tokens_limit)");
+  GenerationRequest at_limit = Request(Prompt(5), SpecMode::kOff, 100);
+  EXPECT_TRUE(engine.Validate(at_limit).ok());
+  GenerationRequest unset = Request(Prompt(5), SpecMode::kOff);
+  unset.max_new_tokens.reset();
+  ASSERT_TRUE(engine.Validate(unset).ok());
+  EXPECT_EQ(unset.max_new_tokens, 40);
+
+  // The context (512 here) stays the bound without a limit, and above a larger one.
+  for (const int limit : {0, 5000}) {
+    options.max_new_tokens_limit = limit;
+    Engine unlimited(target_.get(), nullptr, nullptr, options);
+    EXPECT_EQ(unlimited.max_new_tokens_limit(), 511) << limit;
+    GenerationRequest r = Request(Prompt(5), SpecMode::kOff, 101);
+    EXPECT_TRUE(unlimited.Validate(r).ok()) << limit;
+  }
+}
+
 TEST(EngineOptionsTest, FlagsOutOfRangeNameTheFlag) {
   EXPECT_TRUE(ValidateEngineOptions(EngineOptions()).ok());
   EngineOptions o;
@@ -499,6 +533,18 @@ TEST(EngineOptionsTest, FlagsOutOfRangeNameTheFlag) {
   o = EngineOptions();
   o.default_max_depth = 0;
   EXPECT_THAT(std::string(ValidateEngineOptions(o).message()), ::testing::HasSubstr("--max_depth"));
+  o = EngineOptions();
+  o.max_queue = 0;
+  EXPECT_THAT(std::string(ValidateEngineOptions(o).message()), ::testing::HasSubstr("--max_queue"));
+  o = EngineOptions();
+  o.max_new_tokens_limit = -1;
+  EXPECT_THAT(std::string(ValidateEngineOptions(o).message()),
+              ::testing::HasSubstr("--max_new_tokens_limit"));
+  o = EngineOptions();
+  o.max_new_tokens_limit = 100;  // below the default --max_new_tokens (256)
+  EXPECT_THAT(
+      std::string(ValidateEngineOptions(o).message()),
+      ::testing::HasSubstr("--max_new_tokens (256) must be <= --max_new_tokens_limit (100)"));
   o = EngineOptions();
   o.draft_timeout = absl::Milliseconds(-1);
   EXPECT_FALSE(ValidateEngineOptions(o).ok());

@@ -148,6 +148,9 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerCo
   info->set_max_batch_size(o.max_batch);
   info->set_max_prompt_tokens(engine_->context_length() - 1);
   info->set_default_max_new_tokens(o.default_max_new_tokens);
+  info->set_max_new_tokens_limit(engine_->max_new_tokens_limit());
+  info->set_max_depth_limit(o.max_depth_limit);
+  info->set_max_queue(o.max_queue);
   const EngineSnapshot snap = engine_->Snapshot();
   info->set_kv_cache_pages(snap.kv_pages_total);
   info->set_kv_page_size(snap.kv_page_size);

@@ -51,6 +51,9 @@ ABSL_FLAG(int, tree_budget, 16, "default drafted nodes per step");
 ABSL_FLAG(int, max_depth, 8, "default deepest drafted node");
 ABSL_FLAG(int, max_tree_budget, 256, "largest tree_budget a request may ask for");
 ABSL_FLAG(int, max_new_tokens, 256, "default max_new_tokens");
+ABSL_FLAG(int, max_new_tokens_limit, 0,
+          "largest max_new_tokens a request may ask for (more is INVALID_ARGUMENT; reported by "
+          "GetModelInfo); 0 = only the context length bounds it");
 ABSL_FLAG(int, draft_timeout_ms, 50, "per-step wait for a draft before verifying without one");
 ABSL_FLAG(int, drain_seconds, 30,
           "on SIGTERM/SIGINT: health goes NOT_SERVING, new requests get UNAVAILABLE, and the "
@@ -65,7 +68,9 @@ ABSL_FLAG(int, max_message_bytes, 4 << 20,
           "is reopened");
 ABSL_FLAG(int, keepalive_s, 30,
           "ping a client connection quiet for this long and drop it (cancelling its requests, "
-          "which frees their KV pages) when no answer comes within 10 s; 0 = off");
+          "which frees their KV pages) when no answer comes within 10 s; the same for drafter "
+          "connections (their sessions are reopened; the drafters need a --keepalive_s of at "
+          "most twice this, not 0, to accept the pings); 0 = off");
 ABSL_FLAG(int, max_connection_age_s, 300,
           "close client connections after this long (clients re-resolve and spread over new "
           "replicas); 0: never");
@@ -135,6 +140,7 @@ absl::StatusOr<Loaded> Load(const treespec::EngineOptions& opts) {
     if (!credentials.ok()) return credentials.status();
     treespec::DrafterLinkOptions link;
     link.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+    link.keepalive_s = absl::GetFlag(FLAGS_keepalive_s);
     l.drafts = std::make_unique<treespec::GrpcDraftSource>(absl::GetFlag(FLAGS_drafter),
                                                            *std::move(credentials), link);
   }
@@ -157,6 +163,7 @@ int main(int argc, char** argv) {
   opts.default_max_depth = absl::GetFlag(FLAGS_max_depth);
   opts.max_tree_budget = absl::GetFlag(FLAGS_max_tree_budget);
   opts.default_max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
+  opts.max_new_tokens_limit = absl::GetFlag(FLAGS_max_new_tokens_limit);
   opts.draft_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_draft_timeout_ms));
   if (absl::Status valid = treespec::ValidateEngineOptions(opts); !valid.ok()) {
     TS_LOG(kError, "%s", std::string(valid.message()));

@@ -31,8 +31,8 @@ namespace {
 
 using Json = nlohmann::json;
 
-// Ids index dense per-id tables, so a corrupt id must not size them; real vocabularies stay
-// far below this (Llama 3: 128256, Qwen2: 151665).
+// Real vocabularies stay far below this (Llama 3: 128256, Qwen2: 151665). Nothing is sized by
+// the largest id (HfTokenizer::decoded_), so this only keeps ids sane, not memory bounded.
 constexpr int64_t kMaxId = int64_t{1} << 24;
 
 // Everything the loader extracts from the file; the tokenizer is built from it.
@@ -392,7 +392,7 @@ class HfTokenizer final : public Tokenizer {
 
   absl::StatusOr<std::vector<int32_t>> Encode(const std::string& text) const override;
   absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const override;
-  int vocab_size() const override { return static_cast<int>(decoded_.size()); }
+  int vocab_size() const override { return vocab_size_; }
   int32_t TokenToId(const std::string& token) const override {
     const auto it = token_to_id_.find(token);
     return it == token_to_id_.end() ? -1 : it->second;
@@ -416,8 +416,13 @@ class HfTokenizer final : public Tokenizer {
   const AddedTokenMatcher normalized_matcher_;  // added tokens with normalized == true
   const PreTokenizer pre_tokenizer_;
   const std::unique_ptr<const BpeModel> bpe_;  // not movable: its cache holds mutexes
-  std::vector<std::string> decoded_;           // [vocab_size] the bytes each id decodes to
-  std::vector<bool> has_token_;                // [vocab_size] false for ids no token uses
+  int vocab_size_ = 0;                         // largest id + 1
+  // Id -> the bytes it decodes to, for the ids some token has. A hash map, not a vector
+  // indexed by id: its memory follows the file's entries, whereas a table sized by the largest
+  // id made one id near 2^24 in a tiny file cost 0.6 GB at load. Refusing sparse ids instead
+  // would need a density threshold that some real file might miss; a lookup per decoded token
+  // costs nothing beside a model step.
+  absl::flat_hash_map<int32_t, std::string> decoded_;
   absl::flat_hash_map<std::string, int32_t> token_to_id_;
 };
 
@@ -490,17 +495,12 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Build(TokenizerSpec sp
                       std::make_unique<const BpeModel>(std::move(byte_vocab), std::move(merges),
                                                        spec.bpe_options)));
 
-  const size_t size = static_cast<size_t>(max_id) + 1;
-  tokenizer->decoded_.resize(size);
-  tokenizer->has_token_.assign(size, false);
-  for (const auto& [token, id] : spec.vocab) {
-    tokenizer->decoded_[id] = DecodedBytes(token);
-    tokenizer->has_token_[id] = true;
-  }
+  tokenizer->vocab_size_ = max_id + 1;
+  tokenizer->decoded_.reserve(spec.vocab.size() + spec.added_tokens.size());
+  for (const auto& [token, id] : spec.vocab) tokenizer->decoded_[id] = DecodedBytes(token);
   // An added token's content wins over a vocab entry with the same id, for decoding and lookup.
   for (const AddedToken& t : spec.added_tokens) {
     tokenizer->decoded_[t.id] = DecodedBytes(t.content);
-    tokenizer->has_token_[t.id] = true;
   }
   tokenizer->token_to_id_ = std::move(spec.vocab);
   for (const AddedToken& t : spec.added_tokens) tokenizer->token_to_id_[t.content] = t.id;
@@ -564,11 +564,12 @@ absl::StatusOr<std::string> HfTokenizer::Decode(absl::Span<const int32_t> ids) c
       return absl::InvalidArgumentError(
           absl::StrFormat("token id %d out of range [0, %d)", id, vocab_size()));
     }
-    if (!has_token_[id]) {
+    const auto it = decoded_.find(id);
+    if (it == decoded_.end()) {
       return absl::InvalidArgumentError(
           absl::StrFormat("token id %d is in [0, %d) but no token has it", id, vocab_size()));
     }
-    out += decoded_[id];
+    out += it->second;
   }
   return out;
 }

@@ -1,5 +1,6 @@
 #include "common/tokenizer/tokenizer.h"
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -274,6 +275,38 @@ TEST_F(TokenizerTest, DecodeRejectsIdsNoTokenHas) {
   ASSERT_FALSE(text.ok());
   EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(text.status().message().find("280"), std::string::npos);
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+// The sanitizer runtimes replace malloc; glibc's statistics would not see their allocations.
+extern "C" size_t __sanitizer_get_current_allocated_bytes();
+size_t AllocatedBytes() { return __sanitizer_get_current_allocated_bytes(); }
+#else
+// Bytes malloc has handed out and not taken back: small chunks plus mmapped ones.
+size_t AllocatedBytes() {
+  const struct mallinfo2 info = mallinfo2();
+  return info.uordblks + info.hblkhd;
+}
+#endif
+
+// One id near 2^24 in a tiny file loads and works, and costs memory by the file's entries, not
+// by its largest id (a table indexed by id took 0.5 GB here).
+TEST_F(TokenizerTest, HugeSparseIdCostsMemoryByEntriesNotById) {
+  constexpr int32_t kFar = (1 << 24) - 1;  // the largest id a file may use
+  Json json = BaseTokenizerJson();
+  json["added_tokens"].push_back({{"id", kFar}, {"content", "<far>"}, {"special", true}});
+  const std::string text = json.dump();
+  const size_t before = AllocatedBytes();
+  auto tokenizer = ParseTokenizerJson(text);
+  const size_t held = AllocatedBytes() - before;
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  EXPECT_LT(held, size_t{16} << 20) << "bytes held by a tokenizer of 273 tokens";
+  EXPECT_EQ((*tokenizer)->vocab_size(), kFar + 1);
+  EXPECT_EQ(MustEncode(**tokenizer, "a<far>"), (Ids{'a', kFar}));
+  EXPECT_EQ(MustDecode(**tokenizer, {'a', kFar}), "a<far>");
+  auto gap = (*tokenizer)->Decode({kFar - 1});
+  ASSERT_FALSE(gap.ok());
+  EXPECT_EQ(gap.status().message(), "token id 16777214 is in [0, 16777216) but no token has it");
 }
 
 TEST_F(TokenizerTest, Llama3StyleSplitAndIgnoreMerges) {

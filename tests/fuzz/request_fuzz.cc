@@ -60,8 +60,9 @@ const Server& TheServer() {
     absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadTokenizer(dir + "/tokenizer.json");
     FUZZ_CHECK(tokenizer.ok(), std::string(tokenizer.status().message()));
     s->tokenizer = *std::move(tokenizer);
-    s->engine =
-        std::make_unique<Engine>(s->model.get(), s->tokenizer.get(), &s->drafts, EngineOptions());
+    EngineOptions options;
+    options.max_new_tokens_limit = 900;  // below the context length, so it is reached too
+    s->engine = std::make_unique<Engine>(s->model.get(), s->tokenizer.get(), &s->drafts, options);
     return s;
   }();
   return *server;
@@ -76,7 +77,8 @@ void CheckValidated(const Server& server, const GenerationRequest& r) {
   FUZZ_CHECK(prompt_len > 0 && prompt_len < context, absl::StrCat(prompt_len));
   for (int32_t id : r.prompt) FUZZ_CHECK(id >= 0 && id < vocab, absl::StrCat("prompt id ", id));
   FUZZ_CHECK(r.max_new_tokens.has_value() && *r.max_new_tokens > 0 &&
-                 *r.max_new_tokens <= context - prompt_len,
+                 *r.max_new_tokens <= context - prompt_len &&
+                 *r.max_new_tokens <= engine.max_new_tokens_limit(),
              absl::StrCat("max_new_tokens ", r.max_new_tokens.value_or(-1)));
   FUZZ_CHECK(r.top_p.has_value() && *r.top_p > 0 && *r.top_p <= 1 && r.sampling.top_p == *r.top_p,
              absl::StrCat("top_p ", r.top_p.value_or(-1)));
