@@ -1,6 +1,7 @@
 // treespec-gemm-bench: the GEMMs of a verify step (few rows, Llama-3-8B weights) against their
 // memory floor, through each kernel GemmRunner can use: cuBLASLt, and our few-row kernel with
-// and without programmatic dependent launch (gemm.h, skinny_gemm.h).
+// and without programmatic dependent launch and with its shallow pipeline only (gemm.h,
+// skinny_gemm.h).
 //
 //   treespec-gemm-bench [--rows=1,16,32,64] [--tp=1] [--chain=24] [--reps=10] [--json=out.json]
 //
@@ -140,9 +141,11 @@ absl::Status Main() {
   const Kernel kernels[] = {
       {"cublaslt", {.skinny_max_rows = 0}},
       {"few_row", {.skinny_max_rows = kSkinnyMaxRows, .dependent_launch = false}},
+      {"few_row_shallow",
+       {.skinny_max_rows = kSkinnyMaxRows, .dependent_launch = true, .skinny_deep = false}},
       {"few_row_pdl", {.skinny_max_rows = kSkinnyMaxRows}}};
   std::printf("%s: copy %.3g B/s; tp %d\n", ceilings.device.c_str(), ceilings.copy_bandwidth, tp);
-  std::printf("%8s %5s %6s %12s %9s %9s %9s %7s %7s %6s\n", "gemm", "n", "k", "kernel", "rows",
+  std::printf("%8s %5s %6s %15s %9s %9s %9s %7s %7s %6s\n", "gemm", "n", "k", "kernel", "rows",
               "chain_us", "single_us", "floor", "chain×", "TB/s");
   nlohmann::json results = nlohmann::json::array();
   for (const std::string& r : absl::GetFlag(FLAGS_rows)) {

@@ -5,7 +5,8 @@
 //
 //   treespec-verify-step-bench [--contexts=1024,8192,32768] [--nodes=1,16,64] [--reps=20]
 //                              [--layers=32] [--tp=1,2] [--peer_all_reduce] [--cuda_graphs]
-//                              [--few_row_gemm] [--dependent_launch] [--attention_tile_rows=N]
+//                              [--few_row_gemm] [--dependent_launch] [--skinny_deep]
+//                              [--attention_tile_rows=N]
 //                              [--breakdown]
 //                              [--json=out.json]
 //
@@ -60,6 +61,8 @@ ABSL_FLAG(bool, few_row_gemm, true,
           "GEMMs of few rows (GemmOptions::skinny_max_rows) through the few-row kernel "
           "(false: cuBLASLt for all)");
 ABSL_FLAG(bool, dependent_launch, true, "the few-row GEMM as a programmatic dependent launch");
+ABSL_FLAG(bool, skinny_deep, true,
+          "the few-row GEMM's deep pipeline for small grids (GemmOptions::skinny_deep)");
 ABSL_FLAG(bool, attention_dependent_launch, true,
           "the tree attention as a programmatic dependent launch");
 ABSL_FLAG(int, attention_tile_rows, 0,
@@ -214,6 +217,7 @@ absl::Status Main() {
     cuda.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
     if (!absl::GetFlag(FLAGS_few_row_gemm)) cuda.gemm.skinny_max_rows = 0;
     cuda.gemm.dependent_launch = absl::GetFlag(FLAGS_dependent_launch);
+    cuda.gemm.skinny_deep = absl::GetFlag(FLAGS_skinny_deep);
     cuda.attention_tile_rows = absl::GetFlag(FLAGS_attention_tile_rows);
     cuda.attention_dependent_launch = absl::GetFlag(FLAGS_attention_dependent_launch);
     ASSIGN_OR_RETURN(std::unique_ptr<CausalLm> model,
@@ -245,6 +249,7 @@ absl::Status Main() {
                   {"cuda_graphs", absl::GetFlag(FLAGS_cuda_graphs)},
                   {"few_row_gemm", absl::GetFlag(FLAGS_few_row_gemm)},
                   {"dependent_launch", absl::GetFlag(FLAGS_dependent_launch)},
+                  {"skinny_deep", absl::GetFlag(FLAGS_skinny_deep)},
                   {"attention_tile_rows", absl::GetFlag(FLAGS_attention_tile_rows)},
                   {"attention_dependent_launch", absl::GetFlag(FLAGS_attention_dependent_launch)}});
   return absl::OkStatus();

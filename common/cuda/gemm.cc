@@ -182,26 +182,28 @@ absl::StatusOr<std::unique_ptr<GemmRunner>> GemmRunner::Create(size_t workspace_
                    DeviceBuffer<float>::Create(skinny ? kSkinnyPartialFloats : 0));
   ASSIGN_OR_RETURN(DeviceBuffer<int> counters,
                    DeviceBuffer<int>::Create(skinny ? kSkinnyCounters : 0));
-  int device = 0, num_sms = 0;
+  int device = 0, num_sms = 0, deep_ctas_per_sm = 0;
   CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
   if (skinny) {
     RETURN_IF_ERROR(counters.ZeroNow());
-    CUDA_RETURN_IF_ERROR(ConfigureSkinnyGemm());
+    CUDA_RETURN_IF_ERROR(ConfigureSkinnyGemm(&deep_ctas_per_sm));
   }
   cublasLtHandle_t handle = nullptr;
   CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&handle));
   return std::unique_ptr<GemmRunner>(new GemmRunner(handle, std::move(workspace), options, num_sms,
-                                                    std::move(partials), std::move(counters)));
+                                                    deep_ctas_per_sm, std::move(partials),
+                                                    std::move(counters)));
 }
 
 GemmRunner::GemmRunner(cublasLtHandle_t handle, DeviceBuffer<unsigned char> workspace,
-                       const GemmOptions& options, int num_sms, DeviceBuffer<float> partials,
-                       DeviceBuffer<int> counters)
+                       const GemmOptions& options, int num_sms, int deep_ctas_per_sm,
+                       DeviceBuffer<float> partials, DeviceBuffer<int> counters)
     : handle_(handle),
       workspace_(std::move(workspace)),
       options_(options),
       num_sms_(num_sms),
+      deep_ctas_per_sm_(options.skinny_deep ? deep_ctas_per_sm : 0),
       partials_(std::move(partials)),
       counters_(std::move(counters)) {}
 
@@ -221,8 +223,9 @@ absl::Status GemmRunner::Prepare(int m, int n, int k, bool f32_output, bool with
 absl::StatusOr<GemmRunner::Plan*> GemmRunner::GetOrCreatePlan(const PlanKey& key) {
   if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
   if (key.m <= options_.skinny_max_rows) {
-    const SkinnyGemmShape shape = PlanSkinnyGemm(
-        key.n, key.k, key.silu_mul, num_sms_, partials_.size(), static_cast<int>(counters_.size()));
+    const SkinnyGemmShape shape =
+        PlanSkinnyGemm(key.n, key.k, key.silu_mul, num_sms_, partials_.size(),
+                       static_cast<int>(counters_.size()), deep_ctas_per_sm_);
     if (shape.splits > 0) {
       auto plan = std::make_unique<Plan>();
       plan->skinny = true;

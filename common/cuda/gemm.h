@@ -82,6 +82,9 @@ struct GemmOptions {
   int skinny_max_rows = 32;
   // The few-row kernel launches as a programmatic dependent of the stream's previous kernel.
   bool dependent_launch = true;
+  // Shapes whose few-row grid is small (at most two CTAs per SM on the H200: the QKV and output
+  // projections of an 8B model) run the deep pipeline (skinny_gemm.h); false: never.
+  bool skinny_deep = true;
 };
 
 // Owns a cuBLASLt handle, one workspace and the plans of the shapes it has run, for the device
@@ -133,14 +136,15 @@ class GemmRunner {
   struct Plan;  // descriptors + algorithm, defined in gemm.cc
 
   GemmRunner(cublasLtHandle_t handle, DeviceBuffer<unsigned char> workspace,
-             const GemmOptions& options, int num_sms, DeviceBuffer<float> partials,
-             DeviceBuffer<int> counters);
+             const GemmOptions& options, int num_sms, int deep_ctas_per_sm,
+             DeviceBuffer<float> partials, DeviceBuffer<int> counters);
   absl::StatusOr<Plan*> GetOrCreatePlan(const PlanKey& key);
 
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer<unsigned char> workspace_;
   const GemmOptions options_;
   const int num_sms_;
+  const int deep_ctas_per_sm_;    // 0: no deep pipeline (PlanSkinnyGemm)
   DeviceBuffer<float> partials_;  // the few-row kernel's split-K partial sums
   DeviceBuffer<int> counters_;    // its per-tile arrival counters (zero between launches)
   absl::flat_hash_map<PlanKey, std::unique_ptr<Plan>> plans_;

@@ -121,6 +121,17 @@ TEST_F(GemmTest, MatchesCpu) {
   ExpectMatchesCpu(*gemm);
 }
 
+// Every shape above has a grid of at most two CTAs per SM on an H200, so MatchesCpu runs the
+// deep pipeline (skinny_gemm.h); this runs the same shapes through the shallow one.
+TEST_F(GemmTest, ShallowPipelineMatchesCpu) {
+  SCOPED_TRACE(absl::StrCat("seed ", Seed()));
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<GemmRunner> gemm,
+      GemmRunner::Create(kDefaultGemmWorkspaceBytes,
+                         {.skinny_max_rows = kSkinnyMaxRows, .skinny_deep = false}));
+  ExpectMatchesCpu(*gemm);
+}
+
 TEST_F(GemmTest, CublasOnlyMatchesCpu) {
   SCOPED_TRACE(absl::StrCat("seed ", Seed()));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<GemmRunner> gemm,
@@ -344,10 +355,16 @@ TEST_F(GemmTest, CapturedGraphReplaysEagerResult) {
 
 // ---- The few-row kernel: its split depends on n and k only, so each row's sum runs in the same
 // order whatever m is, and a row's bits are those of the same row in a 64-row run.
+// The shallow pipeline too, and it gives the deep one's bits (the depth changes when the copies
+// are issued, not the order of the sums).
 TEST_F(GemmTest, FewRowKernelRowsDoNotDependOnOtherRows) {
-  constexpr int kN = 4096 + 8, kK = 4096;  // split 4 ways on an H200
+  constexpr int kN = 4096 + 8, kK = 4096;  // split 4 ways on an H200: the deep pipeline
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<GemmRunner> gemm,
                        GemmRunner::Create(kDefaultGemmWorkspaceBytes, kWholeFewRowRange));
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<GemmRunner> shallow,
+      GemmRunner::Create(kDefaultGemmWorkspaceBytes,
+                         {.skinny_max_rows = kSkinnyMaxRows, .skinny_deep = false}));
   ASSERT_OK_AND_ASSIGN(const Inputs in, RandomInputs(kSkinnyMaxRows, kN, kK));
   const DeviceBuffer<bf16>&d_x = in.d_x, &d_w = in.d_w, &d_bias = in.d_bias;
   const size_t full = static_cast<size_t>(kSkinnyMaxRows) * kN;
@@ -362,16 +379,18 @@ TEST_F(GemmTest, FewRowKernelRowsDoNotDependOnOtherRows) {
   ASSERT_OK(gemm->Run(args, stream_));
   ASSERT_OK_AND_ASSIGN(const std::vector<bf16> all, Download(d_all));
   for (const int m : {1, 5, 8, 9, 16, 17, 24, 25, 31, 33, 63}) {
-    SCOPED_TRACE(absl::StrCat("m ", m));
-    const size_t count = static_cast<size_t>(m) * kN;
-    ASSERT_OK_AND_ASSIGN(auto d_y, Poisoned(count));
-    args.m = m;
-    args.y_bf16 = d_y.data();
-    ASSERT_OK(gemm->Run(args, stream_));
-    ASSERT_OK_AND_ASSIGN(const std::vector<bf16> y, Download(d_y));
-    ExpectGuardIntact(y, count);
-    for (size_t i = 0; i < count; ++i) {
-      ASSERT_EQ(Bits(y[i]), Bits(all[i])) << "row " << i / kN << " col " << i % kN;
+    for (GemmRunner* runner : {gemm.get(), shallow.get()}) {
+      SCOPED_TRACE(absl::StrCat("m ", m, runner == shallow.get() ? " shallow" : " deep"));
+      const size_t count = static_cast<size_t>(m) * kN;
+      ASSERT_OK_AND_ASSIGN(auto d_y, Poisoned(count));
+      args.m = m;
+      args.y_bf16 = d_y.data();
+      ASSERT_OK(runner->Run(args, stream_));
+      ASSERT_OK_AND_ASSIGN(const std::vector<bf16> y, Download(d_y));
+      ExpectGuardIntact(y, count);
+      for (size_t i = 0; i < count; ++i) {
+        ASSERT_EQ(Bits(y[i]), Bits(all[i])) << "row " << i / kN << " col " << i % kN;
+      }
     }
   }
 }

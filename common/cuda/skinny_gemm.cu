@@ -9,36 +9,62 @@
 namespace treespec::gpu {
 namespace {
 
-template <int kTok, bool kGated>
-cudaError_t Configure() {
-  return cudaFuncSetAttribute(&kernels::SkinnyGemmKernel<kTok, kGated>,
-                              cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              kernels::SkinnySharedBytes<kTok>());
+template <int kTok, bool kGated, bool kDeep>
+constexpr int Stages() {
+  return kDeep ? kernels::SkinnyDeepStages<kTok>() : kernels::SkinnyStages<kTok>();
 }
 
-template <int kTok, bool kGated>
+template <int kTok, bool kGated, bool kDeep>
+cudaError_t Configure() {
+  constexpr int kStages = Stages<kTok, kGated, kDeep>();
+  return cudaFuncSetAttribute(&kernels::SkinnyGemmKernel<kTok, kGated, kStages>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              kernels::SkinnySharedBytes<kTok, kStages>());
+}
+
+template <bool kDeep>
+cudaError_t ConfigureDepth() {
+  for (cudaError_t e :
+       {Configure<1, false, kDeep>(), Configure<2, false, kDeep>(), Configure<3, false, kDeep>(),
+        Configure<4, false, kDeep>(), Configure<8, false, kDeep>(), Configure<1, true, kDeep>(),
+        Configure<2, true, kDeep>(), Configure<3, true, kDeep>(), Configure<4, true, kDeep>(),
+        Configure<8, true, kDeep>()}) {
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+template <int kTok, bool kGated, bool kDeep>
 cudaError_t Launch(const kernels::SkinnyGemmArgs& a, const SkinnyGemmShape& shape,
                    bool dependent_launch, cudaStream_t stream) {
+  constexpr int kStages = Stages<kTok, kGated, kDeep>();
   return internal::LaunchMaybeDependent(
-      &kernels::SkinnyGemmKernel<kTok, kGated>, dim3(shape.tiles, shape.splits),
-      dim3(kernels::kSkinnyThreads), kernels::SkinnySharedBytes<kTok>(), dependent_launch, stream,
-      a);
+      &kernels::SkinnyGemmKernel<kTok, kGated, kStages>, dim3(shape.tiles, shape.splits),
+      dim3(kernels::kSkinnyThreads), kernels::SkinnySharedBytes<kTok, kStages>(), dependent_launch,
+      stream, a);
+}
+
+template <bool kGated, bool kDeep>
+cudaError_t LaunchTok(const kernels::SkinnyGemmArgs& a, int m, const SkinnyGemmShape& shape,
+                      bool dependent_launch, cudaStream_t stream) {
+  if (m <= 8) return Launch<1, kGated, kDeep>(a, shape, dependent_launch, stream);
+  if (m <= 16) return Launch<2, kGated, kDeep>(a, shape, dependent_launch, stream);
+  if (m <= 24) return Launch<3, kGated, kDeep>(a, shape, dependent_launch, stream);
+  if (m <= 32) return Launch<4, kGated, kDeep>(a, shape, dependent_launch, stream);
+  return Launch<8, kGated, kDeep>(a, shape, dependent_launch, stream);
 }
 
 template <bool kGated>
-cudaError_t LaunchTok(const kernels::SkinnyGemmArgs& a, int m, const SkinnyGemmShape& shape,
-                      bool dependent_launch, cudaStream_t stream) {
-  if (m <= 8) return Launch<1, kGated>(a, shape, dependent_launch, stream);
-  if (m <= 16) return Launch<2, kGated>(a, shape, dependent_launch, stream);
-  if (m <= 24) return Launch<3, kGated>(a, shape, dependent_launch, stream);
-  if (m <= 32) return Launch<4, kGated>(a, shape, dependent_launch, stream);
-  return Launch<8, kGated>(a, shape, dependent_launch, stream);
+cudaError_t LaunchDepth(const kernels::SkinnyGemmArgs& a, int m, const SkinnyGemmShape& shape,
+                        bool dependent_launch, cudaStream_t stream) {
+  return shape.deep ? LaunchTok<kGated, true>(a, m, shape, dependent_launch, stream)
+                    : LaunchTok<kGated, false>(a, m, shape, dependent_launch, stream);
 }
 
 }  // namespace
 
 SkinnyGemmShape PlanSkinnyGemm(int n, int k, bool silu_mul, int num_sms, size_t partial_floats,
-                               int max_counters) {
+                               int max_counters, int deep_ctas_per_sm) {
   SkinnyGemmShape shape;
   shape.silu_mul = silu_mul;
   shape.tiles = static_cast<int>(silu_mul ? internal::CeilDiv(n / 2, kernels::kSkinnyRowsW / 2)
@@ -52,17 +78,24 @@ SkinnyGemmShape PlanSkinnyGemm(int n, int k, bool silu_mul, int num_sms, size_t 
   if (splits == 1 || (partials <= partial_floats && shape.tiles <= max_counters)) {
     shape.splits = static_cast<int>(splits);
   }
+  shape.deep =
+      deep_ctas_per_sm > 0 && static_cast<int64_t>(shape.tiles) * std::max(1, shape.splits) <=
+                                  static_cast<int64_t>(deep_ctas_per_sm) * num_sms;
   return shape;
 }
 
-cudaError_t ConfigureSkinnyGemm() {
-  for (cudaError_t e :
-       {Configure<1, false>(), Configure<2, false>(), Configure<3, false>(), Configure<4, false>(),
-        Configure<8, false>(), Configure<1, true>(), Configure<2, true>(), Configure<3, true>(),
-        Configure<4, true>(), Configure<8, true>()}) {
-    if (e != cudaSuccess) return e;
+cudaError_t ConfigureSkinnyGemm(int* deep_ctas_per_sm) {
+  *deep_ctas_per_sm = 0;
+  if (cudaError_t e = ConfigureDepth<false>(); e != cudaSuccess) return e;
+  if (ConfigureDepth<true>() != cudaSuccess) {
+    cudaGetLastError();  // a device that allows a block less: no deep pipeline
+    return cudaSuccess;
   }
-  return cudaSuccess;
+  // The largest deep variant (kTok 8) decides how many fit an SM.
+  constexpr int kStages = Stages<8, false, true>();
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      deep_ctas_per_sm, &kernels::SkinnyGemmKernel<8, false, kStages>, kernels::kSkinnyThreads,
+      kernels::SkinnySharedBytes<8, kStages>());
 }
 
 cudaError_t LaunchSkinnyGemm(const GemmArgs& args, const SkinnyGemmShape& shape, float* partials,
@@ -85,8 +118,8 @@ cudaError_t LaunchSkinnyGemm(const GemmArgs& args, const SkinnyGemmShape& shape,
   a.partials = partials;
   a.counters = counters;
   if (shape.silu_mul != (args.epilogue == GemmEpilogue::kSiluMul)) return cudaErrorInvalidValue;
-  if (shape.silu_mul) return LaunchTok<true>(a, args.m, shape, dependent_launch, stream);
-  return LaunchTok<false>(a, args.m, shape, dependent_launch, stream);
+  if (shape.silu_mul) return LaunchDepth<true>(a, args.m, shape, dependent_launch, stream);
+  return LaunchDepth<false>(a, args.m, shape, dependent_launch, stream);
 }
 
 }  // namespace treespec::gpu

@@ -10,7 +10,8 @@
 //    single token wastes 7/8 of an 8-wide MMA instead of 15/16 of a 16-wide one;
 //  - w and x stream through SkinnyStages shared-memory stages of 64 columns by cp.async (rows
 //    XOR-swizzled in 16-byte chunks so ldmatrix reads are conflict-free); rows and columns past
-//    the ends are zero-filled; the stages fit four CTAs per SM for every m;
+//    the ends are zero-filled; the stages fit four CTAs per SM for every m, or, for grids of at
+//    most two CTAs per SM, a deep pipeline of 96 KiB per CTA (twice the bytes in flight);
 //  - with several splits, each CTA leaves an fp32 partial tile and the last CTA of the tile (a
 //    per-tile counter) sums the splits in split order, then stores and re-arms the counter: one
 //    launch, and the same bits whichever CTA is last;
@@ -49,6 +50,16 @@ __host__ __device__ constexpr int SkinnyStages() {
   return kTok == 1 ? 6 : kTok <= 3 ? 5 : kTok == 4 ? 4 : 3;
 }
 
+// The deep pipeline, for grids too small to fill four CTAs per SM (the QKV and output
+// projections: 192–256 CTAs on 132 SMs): as many stages as fit 96 KiB (what sm_120 allows a
+// block, and two CTAs per SM on sm_90), so each CTA keeps about twice the weight bytes in
+// flight.
+inline constexpr int kSkinnyDeepBytes = 96 * 1024;
+template <int kTok>
+__host__ __device__ constexpr int SkinnyDeepStages() {
+  return kSkinnyDeepBytes / ((kSkinnyRowsW + kTok * 8) * kSkinnyStepK * 2);
+}
+
 struct SkinnyGemmArgs {
   const __nv_bfloat16* x;     // [m, k]
   const __nv_bfloat16* w;     // [n, k]
@@ -62,10 +73,10 @@ struct SkinnyGemmArgs {
   int* counters;       // splits > 1: [tiles], zero between launches
 };
 
-// Shared bytes of a CTA with kTok tiles of 8 x rows.
-template <int kTok>
+// Shared bytes of a CTA with kTok tiles of 8 x rows and kStages stages.
+template <int kTok, int kStages>
 __host__ __device__ constexpr int SkinnySharedBytes() {
-  return SkinnyStages<kTok>() * (kSkinnyRowsW + kTok * 8) * kSkinnyStepK * 2;
+  return kStages * (kSkinnyRowsW + kTok * 8) * kSkinnyStepK * 2;
 }
 
 // Offset in bytes of 16-byte chunk `chunk` of tile row `row` (128-byte rows, XOR-swizzled).
@@ -112,11 +123,11 @@ __device__ __forceinline__ void LdMatrixX2(uint32_t& r0, uint32_t& r1, uint32_t 
                : "r"(address));
 }
 
-template <int kTok, bool kGated>
+template <int kTok, bool kGated, int kStages>
 __global__ void __launch_bounds__(kSkinnyThreads) SkinnyGemmKernel(const SkinnyGemmArgs a) {
+  static_assert(kStages >= 3, "the pipeline needs three stages");
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ int last;
-  constexpr int kStages = SkinnyStages<kTok>();
   constexpr int kWBytes = kSkinnyRowsW * 128, kXBytes = kTok * 8 * 128, kTokRows = kTok * 8;
   const uint32_t w_base = SharedAddress(smem);
   const uint32_t x_base = w_base + kStages * kWBytes;
