@@ -21,6 +21,9 @@ __global__ void ReadAllKernel(const uint4* __restrict__ data, size_t count, uint
 absl::StatusOr<L2Flush> L2Flush::Create(bool dirty, size_t bytes) {
   L2Flush flush;
   flush.dirty_ = dirty;
+  int device = 0;
+  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&flush.sms_, cudaDevAttrMultiProcessorCount, device));
   auto scratch = DeviceBuffer<uint4>::Create(bytes / sizeof(uint4));
   if (!scratch.ok()) return scratch.status();
   flush.scratch_ = std::move(scratch).value();
@@ -37,10 +40,7 @@ absl::Status L2Flush::Run(cudaStream_t stream) {
         cudaMemsetAsync(scratch_.data(), 0, scratch_.size() * sizeof(uint4), stream));
     return absl::OkStatus();
   }
-  int device = 0, sms = 0;
-  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  ReadAllKernel<<<sms * 4, kThreads, 0, stream>>>(scratch_.data(), scratch_.size(), sink_.data());
+  ReadAllKernel<<<sms_ * 4, kThreads, 0, stream>>>(scratch_.data(), scratch_.size(), sink_.data());
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }

@@ -28,6 +28,7 @@ class L2Flush {
 
  private:
   bool dirty_ = false;
+  int sms_ = 0;  // of the device current at Create: the read's grid is 4 CTAs per SM
   DeviceBuffer<uint4> scratch_;
   DeviceBuffer<uint32_t> sink_;  // written only if the reads XOR to a value they never do
 };

@@ -111,11 +111,11 @@ std::string SummaryReport(const nlohmann::json& summary, absl::Span<const double
   auto row = [&](absl::string_view label, const std::string& value) {
     absl::StrAppend(&out, absl::StrFormat("%-41s%s\n", label, value));
   };
-  auto number = [&](const char* key, const char* format = "%.2f") -> std::string {
+  auto number = [&](const char* key) -> std::string {
     const auto it = summary.find(key);
     if (it == summary.end() || it->is_null()) return "n/a";
     if (it->is_number_integer()) return absl::StrCat(it->get<int64_t>());
-    return absl::StrFormat(format, it->get<double>());
+    return absl::StrFormat("%.2f", it->get<double>());
   };
   title(" Serving Benchmark Result ", '=');
   row("Successful requests:", number("completed"));
