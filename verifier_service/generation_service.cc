@@ -78,8 +78,9 @@ grpc::Status LoadingStatus() {
                       "the model is still loading; retry when the health status is SERVING");
 }
 
-// Ends a Generate call at once (the status is set by the caller through Finish): a refusal.
-class LoadingReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+// Ends a Generate call at once with the refusal the caller passes to Finish (still loading, or
+// not authenticated).
+class RefusalReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
   void OnDone() override { delete this; }
 };
@@ -110,7 +111,7 @@ grpc::Status GenerationService::Admit(const grpc::CallbackServerContext& context
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
   if (grpc::Status refused = Admit(*context); !refused.ok()) {
-    auto* reactor = new LoadingReactor();
+    auto* reactor = new RefusalReactor();
     reactor->Finish(refused);
     return reactor;
   }

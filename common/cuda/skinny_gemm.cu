@@ -9,14 +9,14 @@
 namespace treespec::gpu {
 namespace {
 
-template <int kTok, bool kGated, bool kDeep>
+template <int kTok, bool kDeep>
 constexpr int Stages() {
   return kDeep ? kernels::SkinnyDeepStages<kTok>() : kernels::SkinnyStages<kTok>();
 }
 
 template <int kTok, bool kGated, bool kDeep>
 cudaError_t Configure() {
-  constexpr int kStages = Stages<kTok, kGated, kDeep>();
+  constexpr int kStages = Stages<kTok, kDeep>();
   return cudaFuncSetAttribute(&kernels::SkinnyGemmKernel<kTok, kGated, kStages>,
                               cudaFuncAttributeMaxDynamicSharedMemorySize,
                               kernels::SkinnySharedBytes<kTok, kStages>());
@@ -37,7 +37,7 @@ cudaError_t ConfigureDepth() {
 template <int kTok, bool kGated, bool kDeep>
 cudaError_t Launch(const kernels::SkinnyGemmArgs& a, const SkinnyGemmShape& shape,
                    bool dependent_launch, cudaStream_t stream) {
-  constexpr int kStages = Stages<kTok, kGated, kDeep>();
+  constexpr int kStages = Stages<kTok, kDeep>();
   return internal::LaunchMaybeDependent(
       &kernels::SkinnyGemmKernel<kTok, kGated, kStages>, dim3(shape.tiles, shape.splits),
       dim3(kernels::kSkinnyThreads), kernels::SkinnySharedBytes<kTok, kStages>(), dependent_launch,
@@ -92,7 +92,7 @@ cudaError_t ConfigureSkinnyGemm(int* deep_ctas_per_sm) {
     return cudaSuccess;
   }
   // The largest deep variant (kTok 8) decides how many fit an SM.
-  constexpr int kStages = Stages<8, false, true>();
+  constexpr int kStages = Stages<8, true>();
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
       deep_ctas_per_sm, &kernels::SkinnyGemmKernel<8, false, kStages>, kernels::kSkinnyThreads,
       kernels::SkinnySharedBytes<8, kStages>());
