@@ -6,7 +6,8 @@
 //   treespec-verify-step-bench [--contexts=1024,8192,32768] [--nodes=1,16,64] [--reps=20]
 //                              [--layers=32] [--tp=1,2] [--peer_all_reduce] [--cuda_graphs]
 //                              [--few_row_gemm] [--dependent_launch] [--skinny_deep]
-//                              [--attention_tile_rows=N]
+//                              [--attention_tile_rows=N] [--attention_fused_merge_row_splits=N]
+//                              [--attention_wgmma]
 //                              [--breakdown]
 //                              [--json=out.json]
 //
@@ -67,6 +68,11 @@ ABSL_FLAG(bool, attention_dependent_launch, true,
           "the tree attention as a programmatic dependent launch");
 ABSL_FLAG(int, attention_tile_rows, 0,
           "tree attention's query rows per CTA: 0 = per launch (64, or 128 past 64 rows), 64, 128");
+ABSL_FLAG(int, attention_fused_merge_row_splits, treespec::gpu::kAttnDefaultFusedMergeRowSplits,
+          "split attention tiles with valid rows x splits up to this are merged by their last "
+          "CTA (0: all by the merge launch)");
+ABSL_FLAG(bool, attention_wgmma, true,
+          "the tree attention's wgmma path on compute capability 9.0 (false: mma.sync)");
 ABSL_FLAG(bool, breakdown, false,
           "also time every op of rank 0 (events after each op; separate steps, not the timed "
           "ones) and print GPU us per step by op");
@@ -220,6 +226,8 @@ absl::Status Main() {
     cuda.gemm.skinny_deep = absl::GetFlag(FLAGS_skinny_deep);
     cuda.attention_tile_rows = absl::GetFlag(FLAGS_attention_tile_rows);
     cuda.attention_dependent_launch = absl::GetFlag(FLAGS_attention_dependent_launch);
+    cuda.attention_fused_merge_row_splits = absl::GetFlag(FLAGS_attention_fused_merge_row_splits);
+    cuda.attention_wgmma = absl::GetFlag(FLAGS_attention_wgmma);
     ASSIGN_OR_RETURN(std::unique_ptr<CausalLm> model,
                      CreateRandomCudaCausalLm(config, 1, lm, cuda));
     std::printf(
@@ -243,15 +251,18 @@ absl::Status Main() {
                 "gpu_us", "floor_us", "ratio", "host%", "vs_tp1");
     RETURN_IF_ERROR(RunPoints(*model, config, ceilings, tp, contexts, nodes, tp1_wall, results));
   }
-  WriteBenchJson(absl::GetFlag(FLAGS_json), ceilings, results,
-                 {{"layers", config.num_layers},
-                  {"peer_all_reduce", absl::GetFlag(FLAGS_peer_all_reduce)},
-                  {"cuda_graphs", absl::GetFlag(FLAGS_cuda_graphs)},
-                  {"few_row_gemm", absl::GetFlag(FLAGS_few_row_gemm)},
-                  {"dependent_launch", absl::GetFlag(FLAGS_dependent_launch)},
-                  {"skinny_deep", absl::GetFlag(FLAGS_skinny_deep)},
-                  {"attention_tile_rows", absl::GetFlag(FLAGS_attention_tile_rows)},
-                  {"attention_dependent_launch", absl::GetFlag(FLAGS_attention_dependent_launch)}});
+  WriteBenchJson(
+      absl::GetFlag(FLAGS_json), ceilings, results,
+      {{"layers", config.num_layers},
+       {"peer_all_reduce", absl::GetFlag(FLAGS_peer_all_reduce)},
+       {"cuda_graphs", absl::GetFlag(FLAGS_cuda_graphs)},
+       {"few_row_gemm", absl::GetFlag(FLAGS_few_row_gemm)},
+       {"dependent_launch", absl::GetFlag(FLAGS_dependent_launch)},
+       {"skinny_deep", absl::GetFlag(FLAGS_skinny_deep)},
+       {"attention_tile_rows", absl::GetFlag(FLAGS_attention_tile_rows)},
+       {"attention_dependent_launch", absl::GetFlag(FLAGS_attention_dependent_launch)},
+       {"attention_fused_merge_row_splits", absl::GetFlag(FLAGS_attention_fused_merge_row_splits)},
+       {"attention_wgmma", absl::GetFlag(FLAGS_attention_wgmma)}});
   return absl::OkStatus();
 }
 

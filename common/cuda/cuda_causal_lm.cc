@@ -147,6 +147,8 @@ absl::Status CudaCausalLm::Init(const CudaLmOptions& cuda,
   o.gemm = cuda.gemm;
   o.attention_tile_rows = cuda.attention_tile_rows;
   o.attention_dependent_launch = cuda.attention_dependent_launch;
+  o.attention_fused_merge_row_splits = cuda.attention_fused_merge_row_splits;
+  o.attention_wgmma = cuda.attention_wgmma;
   for (int r = 0; r < tp; ++r) {
     o.device = devices_[r];
     o.rank = r;

@@ -33,6 +33,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/cuda/gemm.h"
+#include "common/cuda/tree_attention_plan.h"
 #include "common/model/causal_lm.h"
 #include "common/model/config.h"
 #include "common/model/weights.h"
@@ -57,6 +58,11 @@ struct CudaLmOptions {
   int attention_tile_rows = 0;
   // The tree attention as a programmatic dependent launch (TreeAttentionOptions).
   bool attention_dependent_launch = true;
+  // Split attention tiles merged by their last CTA up to this many valid rows × splits
+  // (TreeAttentionOptions::fused_merge_row_splits; 0: all by the merge launch).
+  int attention_fused_merge_row_splits = kAttnDefaultFusedMergeRowSplits;
+  // The tree attention's wgmma path where it exists (TreeAttentionOptions::wgmma).
+  bool attention_wgmma = true;
 };
 
 // Builds the model from full fp32 host weights (each rank converts its slice to bf16 on its

@@ -1,8 +1,9 @@
 // Tree attention on the GPU against the CPU reference (common/model/tree_attention.h), DESIGN
 // §8: fresh random K/V/Q rounded to bf16 (the CPU gets the same values), a poisoned output,
 // random page tables, batches mixing contexts and tree shapes (1, 3, 17, 64, 255 nodes, odd
-// contexts), chains through the implicit causal mask, split and unsplit key ranges, GQA groups
-// that straddle a rank's first head. Skips without a GPU.
+// contexts), chains through the implicit causal mask, split and unsplit key ranges (split tiles
+// merged by the merge launch or by their last CTA), GQA groups that straddle a rank's first
+// head. Skips without a GPU.
 //
 // Tolerance, per element: the kernel rounds the probabilities to bf16 before P·V (relative
 // error <= 2^-9 each) but normalises by the fp32 sum, so |got - ref| <= 2^-8 |ref| (output
@@ -163,64 +164,83 @@ class TreeAttentionTest : public CudaTest {
       row += specs[b].num_nodes - specs[b].first_query;
     }
 
-    // GPU, with each query tile size (the CPU result is the same for both).
+    // GPU, with each query tile size (the CPU result is the same for both), the mma.sync and
+    // (on compute capability 9.0, head dims 64 and 128) the wgmma path, and split tiles merged by
+    // the merge launch only, by their last CTA when small (the default), or by their last CTA
+    // whenever its shared memory holds the partial rows.
+    int major = 0;
+    ASSERT_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
     for (int tile_rows : {kAttnSmallTileRows, kAttnMaxTileRows}) {
-      SCOPED_TRACE(absl::StrCat("tiles of ", tile_rows, " rows"));
-      TreeAttentionOptions options;
-      options.heads = {shape.num_q_heads, shape.num_kv_heads, shape.group_size, shape.q_head_shift};
-      options.head_dim = d;
-      options.page_size = shape.page_size;
-      options.pool_pages = total_pages;
-      options.scale = scale;
-      options.limits = {64, 4096, 65536, 16384, 16384};
-      options.min_split_tiles = min_split_tiles;
-      options.tile_rows = tile_rows;
-      ASSERT_OK_AND_ASSIGN(auto attention, gpu::TreeAttention::Create(options));
-      ASSERT_OK(attention->Prepare(descs, stream_));
-      ASSERT_EQ(attention->plan().num_query_rows, rows);
-      ASSERT_EQ(attention->plan().tile_rows, tile_rows);
-      ASSERT_OK_AND_ASSIGN(auto d_q, late_writer ? Poisoned(q.bf.size()) : Upload(q.bf));
-      ASSERT_OK_AND_ASSIGN(auto d_out, Poisoned(rows * row_elems));
-      // What the late writer copies in: q and the pools with their tree slots.
-      ASSERT_OK_AND_ASSIGN(auto d_q_final, Upload(q.bf));
-      ASSERT_OK_AND_ASSIGN(auto d_k_final, Upload(k_gpu));
-      ASSERT_OK_AND_ASSIGN(auto d_v_final, Upload(v_gpu));
-      auto run = [&] {
-        if (late_writer) {  // poisoned q and tree slots, then the writer, then attention
-          ASSERT_CUDA(cudaMemcpy(layer.k, k_live.data(), pool_elems * 2, cudaMemcpyHostToDevice));
-          ASSERT_CUDA(cudaMemcpy(layer.v, v_live.data(), pool_elems * 2, cudaMemcpyHostToDevice));
-          ASSERT_CUDA(cudaMemset(d_q.data(), 0xFF, q.bf.size() * sizeof(bf16)));
-          const CopyRange ranges[] = {{d_q.data(), d_q_final.data(), q.bf.size() * 2},
-                                      {layer.k, d_k_final.data(), pool_elems * 2},
-                                      {layer.v, d_v_final.data(), pool_elems * 2}};
-          ASSERT_CUDA(LaunchDelayedCopy(ranges, /*delay_us=*/200, stream_));
-        }
-        ASSERT_CUDA(attention->Run(layer, d_q.data(), d_out.data(), stream_));
-      };
-      run();
-      ASSERT_OK_AND_ASSIGN(const std::vector<bf16> got, Download(d_out));
-      ExpectGuardIntact(got, rows * row_elems);
+      for (bool wgmma : {false, true}) {
+        for (int fused : {0, TreeAttentionOptions{}.fused_merge_row_splits, 1 << 30}) {
+          SCOPED_TRACE(absl::StrCat("tiles of ", tile_rows, " rows, wgmma ", wgmma,
+                                    ", fused merges up to ", fused, " row-splits"));
+          TreeAttentionOptions options;
+          options.heads = {shape.num_q_heads, shape.num_kv_heads, shape.group_size,
+                           shape.q_head_shift};
+          options.head_dim = d;
+          options.page_size = shape.page_size;
+          options.pool_pages = total_pages;
+          options.scale = scale;
+          options.limits = {64, 4096, 65536, 16384, 16384};
+          options.min_split_tiles = min_split_tiles;
+          options.tile_rows = tile_rows;
+          options.fused_merge_row_splits = fused;
+          options.wgmma = wgmma;
+          ASSERT_OK_AND_ASSIGN(auto attention, gpu::TreeAttention::Create(options));
+          ASSERT_EQ(attention->uses_wgmma(), wgmma && major == 9 && d != 32);
+          ASSERT_OK(attention->Prepare(descs, stream_));
+          ASSERT_EQ(attention->plan().num_query_rows, rows);
+          ASSERT_EQ(attention->plan().tile_rows, tile_rows);
+          ASSERT_OK_AND_ASSIGN(auto d_q, late_writer ? Poisoned(q.bf.size()) : Upload(q.bf));
+          ASSERT_OK_AND_ASSIGN(auto d_out, Poisoned(rows * row_elems));
+          // What the late writer copies in: q and the pools with their tree slots.
+          ASSERT_OK_AND_ASSIGN(auto d_q_final, Upload(q.bf));
+          ASSERT_OK_AND_ASSIGN(auto d_k_final, Upload(k_gpu));
+          ASSERT_OK_AND_ASSIGN(auto d_v_final, Upload(v_gpu));
+          auto run = [&] {
+            if (late_writer) {  // poisoned q and tree slots, then the writer, then attention
+              ASSERT_CUDA(
+                  cudaMemcpy(layer.k, k_live.data(), pool_elems * 2, cudaMemcpyHostToDevice));
+              ASSERT_CUDA(
+                  cudaMemcpy(layer.v, v_live.data(), pool_elems * 2, cudaMemcpyHostToDevice));
+              ASSERT_CUDA(cudaMemset(d_q.data(), 0xFF, q.bf.size() * sizeof(bf16)));
+              const CopyRange ranges[] = {{d_q.data(), d_q_final.data(), q.bf.size() * 2},
+                                          {layer.k, d_k_final.data(), pool_elems * 2},
+                                          {layer.v, d_v_final.data(), pool_elems * 2}};
+              ASSERT_CUDA(LaunchDelayedCopy(ranges, /*delay_us=*/200, stream_));
+            }
+            ASSERT_CUDA(attention->Run(layer, d_q.data(), d_out.data(), stream_));
+          };
+          run();
+          ASSERT_OK_AND_ASSIGN(const std::vector<bf16> got, Download(d_out));
+          ExpectGuardIntact(got, rows * row_elems);
 
-      // A second launch must give the same bits (split semaphores were reset).
-      run();
-      ASSERT_OK_AND_ASSIGN(const std::vector<bf16> again, Download(d_out));
+          // A second launch into a poisoned output must give the same bits (the last-CTA merge
+          // counters were re-armed).
+          ASSERT_CUDA(cudaMemset(d_out.data(), 0xFF, rows * row_elems * sizeof(bf16)));
+          run();
+          ASSERT_OK_AND_ASSIGN(const std::vector<bf16> again, Download(d_out));
 
-      double err2 = 0, ref2 = 0;
-      int bad = 0;
-      for (size_t e = 0; e < rows * row_elems; ++e) {
-        const float g = ToFloat(got[e]);
-        const double tol = kBf16U * std::fabs(want[e]) + kBf16U * 1.0 + 1e-6;
-        ASSERT_EQ(Bits(got[e]), Bits(again[e])) << "element " << e << " differs between launches";
-        if (!(std::fabs(g - want[e]) <= tol) && bad++ < 5) {
-          ADD_FAILURE() << "row " << e / row_elems << " head " << (e % row_elems) / d << " dim "
-                        << e % d << ": got " << g << " want " << want[e];
+          double err2 = 0, ref2 = 0;
+          int bad = 0;
+          for (size_t e = 0; e < rows * row_elems; ++e) {
+            const float g = ToFloat(got[e]);
+            const double tol = kBf16U * std::fabs(want[e]) + kBf16U * 1.0 + 1e-6;
+            ASSERT_EQ(Bits(got[e]), Bits(again[e]))
+                << "element " << e << " differs between launches";
+            if (!(std::fabs(g - want[e]) <= tol) && bad++ < 5) {
+              ADD_FAILURE() << "row " << e / row_elems << " head " << (e % row_elems) / d << " dim "
+                            << e % d << ": got " << g << " want " << want[e];
+            }
+            err2 += (g - want[e]) * (g - want[e]);
+            ref2 += static_cast<double>(want[e]) * want[e];
+          }
+          EXPECT_EQ(bad, 0);
+          EXPECT_LE(std::sqrt(err2 / ref2), 1e-2) << "RMS relative error";
+          EXPECT_GT(ref2, 0.0);
         }
-        err2 += (g - want[e]) * (g - want[e]);
-        ref2 += static_cast<double>(want[e]) * want[e];
       }
-      EXPECT_EQ(bad, 0);
-      EXPECT_LE(std::sqrt(err2 / ref2), 1e-2) << "RMS relative error";
-      EXPECT_GT(ref2, 0.0);
     }
   }
 };

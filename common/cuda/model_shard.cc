@@ -189,6 +189,8 @@ absl::Status ModelShard::Init(const TensorSource& source) {
   attn.limits.max_partials = 4096;
   attn.tile_rows = options_.attention_tile_rows;
   attn.dependent_launch = options_.attention_dependent_launch;
+  attn.fused_merge_row_splits = options_.attention_fused_merge_row_splits;
+  attn.wgmma = options_.attention_wgmma;
   ASSIGN_OR_RETURN(attention_, TreeAttention::Create(attn));
 
   const size_t r = static_cast<size_t>(rows);

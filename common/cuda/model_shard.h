@@ -76,6 +76,9 @@ struct ShardOptions {
   GemmOptions gemm;
   int attention_tile_rows = 0;             // TreeAttentionOptions::tile_rows
   bool attention_dependent_launch = true;  // TreeAttentionOptions::dependent_launch
+  // TreeAttentionOptions::fused_merge_row_splits
+  int attention_fused_merge_row_splits = kAttnDefaultFusedMergeRowSplits;
+  bool attention_wgmma = true;  // TreeAttentionOptions::wgmma
 };
 
 // Where the verify step's inputs lie in step_in() (byte offsets, set by the model).

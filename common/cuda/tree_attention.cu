@@ -24,33 +24,58 @@ cudaError_t WithHeadDim(int head_dim, F&& f) {
                           : f(std::integral_constant<int, 128>{});
 }
 
-// Sets the kernel's shared-memory size and reports its resident CTAs per SM.
-template <int kRows>
+// Sets the kernel's shared-memory size and reports its resident CTAs per SM. (The wgmma path
+// has no head dim 32: never configured or launched for it.)
+template <int kRows, bool kWgmma>
 cudaError_t ConfigureKernel(int head_dim, int* ctas_per_sm) {
   return WithHeadDim(head_dim, [&](auto d) {
     constexpr int kHeadDim = decltype(d)::value;
-    auto* kernel = &kernels::TreeAttentionKernel<kHeadDim, kRows>;
-    constexpr int kBytes = kernels::AttnSharedBytes<kHeadDim, kRows>();
-    if (cudaError_t e =
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
-        e != cudaSuccess) {
-      return e;
+    if constexpr (kWgmma && kHeadDim == 32) {
+      return cudaErrorInvalidValue;
+    } else {
+      auto* kernel = &kernels::TreeAttentionKernel<kHeadDim, kRows, kWgmma>;
+      constexpr int kBytes = kernels::AttnSharedBytes<kHeadDim, kRows, kWgmma>();
+      if (cudaError_t e =
+              cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+          e != cudaSuccess) {
+        return e;
+      }
+      return cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, kernel,
+                                                           kernels::AttnThreads<kRows>(), kBytes);
     }
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, kernel,
-                                                         kernels::AttnThreads<kRows>(), kBytes);
   });
 }
 
-template <int kRows>
+template <int kRows, bool kWgmma>
 cudaError_t Launch(int head_dim, const kernels::TreeAttentionArgs& args, int ctas,
                    bool dependent_launch, cudaStream_t stream) {
   return WithHeadDim(head_dim, [&](auto d) {
     constexpr int kHeadDim = decltype(d)::value;
-    return internal::LaunchMaybeDependent(&kernels::TreeAttentionKernel<kHeadDim, kRows>,
-                                          dim3(ctas), dim3(kernels::AttnThreads<kRows>()),
-                                          kernels::AttnSharedBytes<kHeadDim, kRows>(),
-                                          dependent_launch, stream, args);
+    if constexpr (kWgmma && kHeadDim == 32) {
+      return cudaErrorInvalidValue;
+    } else {
+      return internal::LaunchMaybeDependent(&kernels::TreeAttentionKernel<kHeadDim, kRows, kWgmma>,
+                                            dim3(ctas), dim3(kernels::AttnThreads<kRows>()),
+                                            kernels::AttnSharedBytes<kHeadDim, kRows, kWgmma>(),
+                                            dependent_launch, stream, args);
+    }
   });
+}
+
+// Partial rows (valid rows × splits) the last CTA of a tile can merge in its shared memory.
+int FusedMergeCapacity(int head_dim, int tile_rows, bool wgmma) {
+  int capacity = 0;
+  WithHeadDim(head_dim, [&](auto d) {
+    constexpr int kHeadDim = decltype(d)::value;
+    capacity =
+        tile_rows == kAttnMaxTileRows
+            ? (wgmma ? kernels::AttnFusedMergeCapacity<kHeadDim, kAttnMaxTileRows, true>()
+                     : kernels::AttnFusedMergeCapacity<kHeadDim, kAttnMaxTileRows, false>())
+            : (wgmma ? kernels::AttnFusedMergeCapacity<kHeadDim, kAttnSmallTileRows, true>()
+                     : kernels::AttnFusedMergeCapacity<kHeadDim, kAttnSmallTileRows, false>());
+    return cudaSuccess;
+  });
+  return capacity;
 }
 
 cudaError_t ConfigureMergeKernel(int head_dim) {
@@ -87,6 +112,10 @@ absl::StatusOr<std::unique_ptr<TreeAttention>> TreeAttention::Create(
                                                    " is not 0 (automatic), ", kAttnSmallTileRows,
                                                    " or ", kAttnMaxTileRows));
   }
+  if (options.fused_merge_row_splits < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("tree attention: fused_merge_row_splits ",
+                                                   options.fused_merge_row_splits, " < 0"));
+  }
   if (!(options.scale > 0.0f) || !std::isfinite(options.scale)) {
     return absl::InvalidArgumentError(
         absl::StrCat("tree attention: softmax scale ", options.scale, " must be finite and > 0"));
@@ -97,19 +126,27 @@ absl::StatusOr<std::unique_ptr<TreeAttention>> TreeAttention::Create(
     return absl::InvalidArgumentError("tree attention: every limit must be positive");
   }
   // The heads and page size are checked by planning an empty batch.
-  if (auto empty =
-          PlanTreeAttention({}, options.heads, options.page_size, options.pool_pages, lim, 1);
+  if (auto empty = PlanTreeAttention({}, options.heads, options.page_size, options.pool_pages, lim,
+                                     AttnSplitOptions{});
       !empty.ok()) {
     return empty.status();
   }
 
   auto attention = std::unique_ptr<TreeAttention>(new TreeAttention());
   attention->options_ = options;
-  int device = 0, sms = 0, small_per_sm = 0, large_per_sm = 0;
+  int device = 0, sms = 0, major = 0, small_per_sm = 0, large_per_sm = 0;
   CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  CUDA_RETURN_IF_ERROR(ConfigureKernel<kAttnSmallTileRows>(d, &small_per_sm));
-  CUDA_RETURN_IF_ERROR(ConfigureKernel<kAttnMaxTileRows>(d, &large_per_sm));
+  CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  // wgmma: sm_90a code, which the build holds for compute capability 9.0 (CMakeLists.txt).
+  attention->wgmma_ = options.wgmma && major == 9 && d != 32;
+  if (attention->wgmma_) {
+    CUDA_RETURN_IF_ERROR((ConfigureKernel<kAttnSmallTileRows, true>(d, &small_per_sm)));
+    CUDA_RETURN_IF_ERROR((ConfigureKernel<kAttnMaxTileRows, true>(d, &large_per_sm)));
+  } else {
+    CUDA_RETURN_IF_ERROR((ConfigureKernel<kAttnSmallTileRows, false>(d, &small_per_sm)));
+    CUDA_RETURN_IF_ERROR((ConfigureKernel<kAttnMaxTileRows, false>(d, &large_per_sm)));
+  }
   CUDA_RETURN_IF_ERROR(ConfigureMergeKernel(d));
   auto target = [&](int resident) {
     resident = std::max(1, resident);
@@ -142,6 +179,10 @@ absl::StatusOr<std::unique_ptr<TreeAttention>> TreeAttention::Create(
   auto partial_lse = DeviceBuffer<float>::Create(partials * kAttnMaxTileRows);
   if (!partial_lse.ok()) return partial_lse.status();
   attention->partial_lse_ = std::move(partial_lse).value();
+  auto counters = DeviceBuffer<int32_t>::Create(lim.max_items);
+  if (!counters.ok()) return counters.status();
+  attention->merge_counters_ = std::move(counters).value();
+  if (absl::Status s = attention->merge_counters_.ZeroNow(); !s.ok()) return s;
   if (absl::Status s = attention->meta_.ZeroNow(); !s.ok()) return s;
   return attention;
 }
@@ -155,10 +196,15 @@ TreeAttention::~TreeAttention() {
 
 absl::Status TreeAttention::Prepare(absl::Span<const AttnSeqDesc> seqs, cudaStream_t stream) {
   const int tile_rows =
-      options_.tile_rows != 0 ? options_.tile_rows : AutoTileRows(seqs, options_.heads);
+      options_.tile_rows != 0 ? options_.tile_rows : AutoTileRows(seqs, options_.heads, wgmma_);
+  AttnSplitOptions split;
+  split.target_ctas = target_ctas(tile_rows);
+  split.min_split_tiles = options_.min_split_tiles;
+  split.tile_rows = tile_rows;
+  split.fused_merge_row_splits = std::min(options_.fused_merge_row_splits,
+                                          FusedMergeCapacity(options_.head_dim, tile_rows, wgmma_));
   auto plan = PlanTreeAttention(seqs, options_.heads, options_.page_size, options_.pool_pages,
-                                options_.limits, target_ctas(tile_rows), options_.min_split_tiles,
-                                tile_rows);
+                                options_.limits, split);
   if (!plan.ok()) return plan.status();
   plan_ = std::move(plan).value();
 
@@ -220,21 +266,23 @@ cudaError_t TreeAttention::Run(const KvLayerView& layer, const __nv_bfloat16* q,
   args.masks = reinterpret_cast<const uint64_t*>(meta + masks_offset_);
   args.partial_out = partial_out_.data();
   args.partial_lse = partial_lse_.data();
+  args.merge_counters = merge_counters_.data();
   args.num_q_heads = options_.heads.num_q_heads;
   args.group_size = options_.heads.group_size;
   args.q_head_shift = options_.heads.q_head_shift;
   args.scale_log2 = options_.scale * 1.4426950408889634f;
   const int ctas = std::max(static_cast<int>(plan_.items.size()), grid_capacity_);
-  if (cudaError_t e = plan_.tile_rows == kAttnMaxTileRows
-                          ? Launch<kAttnMaxTileRows>(options_.head_dim, args, ctas,
-                                                     options_.dependent_launch, stream)
-                          : Launch<kAttnSmallTileRows>(options_.head_dim, args, ctas,
-                                                       options_.dependent_launch, stream);
-      e != cudaSuccess) {
-    return e;
-  }
-  // The merge launch: always under a graph capture (a later plan may split), else only when
-  // some tile is split.
+  const int d = options_.head_dim;
+  const bool pdl = options_.dependent_launch;
+  const bool large = plan_.tile_rows == kAttnMaxTileRows;
+  const cudaError_t launched =
+      wgmma_ ? (large ? Launch<kAttnMaxTileRows, true>(d, args, ctas, pdl, stream)
+                      : Launch<kAttnSmallTileRows, true>(d, args, ctas, pdl, stream))
+             : (large ? Launch<kAttnMaxTileRows, false>(d, args, ctas, pdl, stream)
+                      : Launch<kAttnSmallTileRows, false>(d, args, ctas, pdl, stream));
+  if (launched != cudaSuccess) return launched;
+  // The merge launch: always under a graph capture (a later plan may need it), else only when
+  // some split tile is not merged by its last CTA.
   const int merge_ctas = std::max(static_cast<int>(plan_.merges.size()), 2 * grid_capacity_);
   if (merge_ctas == 0) return cudaSuccess;
   kernels::TreeAttentionMergeArgs merge;

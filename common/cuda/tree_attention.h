@@ -41,10 +41,17 @@ struct TreeAttentionOptions {
   int target_ctas_per_sm = 0;
   // Query rows per CTA: 64, 128, or 0 = per launch by AutoTileRows (tree_attention_plan.h).
   int tile_rows = 0;
+  // Split tiles with valid rows × splits up to this are merged by their last CTA instead of the
+  // merge launch (AttnSplitOptions; 0: never), and never more than the CTA's shared memory holds
+  // (kernels::AttnFusedMergeCapacity: 158 at head dim 128).
+  int fused_merge_row_splits = kAttnDefaultFusedMergeRowSplits;
   // Launch as a programmatic dependent of the stream's previous kernel: the first K/V tile, when
   // it lies wholly in the committed prefix, is requested while that kernel (RoPE + K/V write)
   // finishes; q and the tree's slots are read after it (kernels/tree_attention.cuh).
   bool dependent_launch = true;
+  // On compute capability 9.0 (H100 / H200), head dims 64 and 128: the kernel's wgmma path
+  // (kernels/tree_attention.cuh); elsewhere, or false, the mma.sync path.
+  bool wgmma = true;
 };
 
 class TreeAttention {
@@ -64,6 +71,7 @@ class TreeAttention {
                   cudaStream_t stream);
 
   const AttnPlan& plan() const { return plan_; }
+  bool uses_wgmma() const { return wgmma_; }
   // CTAs of `tile_rows` rows that fill the GPU.
   int target_ctas(int tile_rows) const {
     return tile_rows == kAttnMaxTileRows ? target_ctas_large_ : target_ctas_small_;
@@ -83,6 +91,7 @@ class TreeAttention {
   TreeAttentionOptions options_;
   int target_ctas_small_ = 0, target_ctas_large_ = 0;
   int grid_capacity_ = 0;
+  bool wgmma_ = false;
   AttnPlan plan_;
   // Device metadata at fixed offsets (so a captured graph's pointers stay valid).
   DeviceBuffer<unsigned char> meta_;
@@ -92,6 +101,7 @@ class TreeAttention {
   cudaEvent_t staged_ = nullptr;  // the last upload has read staging_
   DeviceBuffer<float> partial_out_;
   DeviceBuffer<float> partial_lse_;
+  DeviceBuffer<int32_t> merge_counters_;  // [limits.max_items], zero between launches
 };
 
 }  // namespace treespec::gpu

@@ -63,21 +63,23 @@ int AttnHeads::NumQHeads(int kv_head) const {
   return end - FirstQHead(kv_head);
 }
 
-int AutoTileRows(absl::Span<const AttnSeqDesc> seqs, const AttnHeads& heads) {
+int AutoTileRows(absl::Span<const AttnSeqDesc> seqs, const AttnHeads& heads, bool wgmma) {
   int max_group = 0;
   for (int h = 0; h < heads.num_kv_heads; ++h) max_group = std::max(max_group, heads.NumQHeads(h));
+  int64_t max_rows = 0;
   for (const AttnSeqDesc& s : seqs) {
-    if (static_cast<int64_t>(s.num_nodes - s.first_query) * max_group > kAttnSmallTileRows) {
-      return kAttnMaxTileRows;
-    }
+    max_rows =
+        std::max<int64_t>(max_rows, static_cast<int64_t>(s.num_nodes - s.first_query) * max_group);
   }
-  return kAttnSmallTileRows;
+  if (max_rows <= kAttnSmallTileRows) return kAttnSmallTileRows;
+  return !wgmma || max_rows <= kAttnMaxTileRows ? kAttnMaxTileRows : kAttnSmallTileRows;
 }
 
 absl::StatusOr<AttnPlan> PlanTreeAttention(absl::Span<const AttnSeqDesc> seqs,
                                            const AttnHeads& heads, int page_size, int pool_pages,
-                                           const AttnPlanLimits& limits, int target_ctas,
-                                           int min_split_tiles, int tile_rows) {
+                                           const AttnPlanLimits& limits,
+                                           const AttnSplitOptions& split) {
+  const int tile_rows = split.tile_rows;
   if (tile_rows != kAttnSmallTileRows && tile_rows != kAttnMaxTileRows) {
     return absl::InvalidArgumentError(absl::StrCat("tree attention: tile_rows ", tile_rows,
                                                    " is not ", kAttnSmallTileRows, " or ",
@@ -164,8 +166,8 @@ absl::StatusOr<AttnPlan> PlanTreeAttention(absl::Span<const AttnSeqDesc> seqs,
   }
   // Key tiles per split: enough splits to fill the GPU, each at least min_split_tiles long,
   // and no more partial results than the limit allows (longer splits otherwise).
-  int64_t chunk =
-      std::max<int64_t>({1, min_split_tiles, CeilDiv(total_key_tiles, std::max(1, target_ctas))});
+  int64_t chunk = std::max<int64_t>(
+      {1, split.min_split_tiles, CeilDiv(total_key_tiles, std::max(1, split.target_ctas))});
   auto splits_of = [&](const Tile& t, int64_t c) {
     return static_cast<int>(
         std::clamp<int64_t>(CeilDiv(t.key_end, kAttnTileKeys) / c, 1, kAttnMaxSplits));
@@ -182,6 +184,9 @@ absl::StatusOr<AttnPlan> PlanTreeAttention(absl::Span<const AttnSeqDesc> seqs,
   for (const Tile& t : tiles) {
     const int64_t key_tiles = CeilDiv(t.key_end, kAttnTileKeys);
     const int splits = splits_of(t, chunk);
+    const int valid_rows = std::min(tile_rows, t.rows - t.row_begin);
+    const bool fused =
+        splits > 1 && static_cast<int64_t>(valid_rows) * splits <= split.fused_merge_row_splits;
     if (splits > 1) ++plan.num_split_tiles;
     for (int s = 0; s < splits; ++s) {
       AttnWorkItem item;
@@ -196,11 +201,12 @@ absl::StatusOr<AttnPlan> PlanTreeAttention(absl::Span<const AttnSeqDesc> seqs,
       item.num_splits = splits;
       item.page_begin = plan.seqs[t.seq].page_begin;
       item.prefix_len = plan.seqs[t.seq].prefix_len;
-      item.unused[0] = item.unused[1] = 0;
+      item.merge_counter = fused ? plan.num_fused_tiles : -1;
+      item.unused = 0;
       plan.items.push_back(item);
     }
-    if (splits > 1) {
-      const int valid_rows = std::min(tile_rows, t.rows - t.row_begin);
+    if (fused) ++plan.num_fused_tiles;
+    if (splits > 1 && !fused) {
       const int merge_rows = AttnMergeRows(tile_rows, splits);
       for (int r = 0; r < valid_rows; r += merge_rows) {
         AttnMergeItem merge;
@@ -214,8 +220,8 @@ absl::StatusOr<AttnPlan> PlanTreeAttention(absl::Span<const AttnSeqDesc> seqs,
         merge.q_row_begin = plan.seqs[t.seq].q_row_begin;
         plan.merges.push_back(merge);
       }
-      plan.num_partials += splits;
     }
+    if (splits > 1) plan.num_partials += splits;
   }
   // CTAs that stream the same keys run side by side (the row tiles of one KV head, split by
   // split), so the second and later reads of a K/V tile hit L2.

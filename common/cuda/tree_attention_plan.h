@@ -9,8 +9,10 @@
 // [0, L + last node of the tile + 1) — the committed prefix, then the tree slots under the
 // ancestor mask — and that key range is split into chunks of whole key tiles so the batch
 // fills the GPU (flash-decoding). The partial results of a split tile are merged by
-// log-sum-exp in a second launch whose CTAs each take a few rows of one split tile
-// (AttnMergeItem): a split tile's partials are then read by many SMs at once, not one.
+// log-sum-exp either by the tile's last CTA to finish (a per-tile counter; tiles with few
+// partial rows, such as one node's) or in a second launch whose CTAs each take a few rows of
+// one split tile (AttnMergeItem): a large tile's partials are then read by many SMs at once,
+// not one.
 #ifndef TREESPEC_COMMON_CUDA_TREE_ATTENTION_PLAN_H_
 #define TREESPEC_COMMON_CUDA_TREE_ATTENTION_PLAN_H_
 
@@ -78,7 +80,10 @@ struct AttnWorkItem {
   int32_t num_splits;    // CTAs sharing the tile (1: writes the output directly)
   int32_t page_begin;    // = seqs[seq].page_begin
   int32_t prefix_len;    // = seqs[seq].prefix_len
-  int32_t unused[2];
+  // Split tiles merged by their last CTA: the tile's counter (0 <= c < number of such tiles);
+  // -1 otherwise (unsplit, or merged by the merge launch).
+  int32_t merge_counter;
+  int32_t unused;
 };
 
 // One CTA of the merge launch: rows [row_begin, row_begin + rows) of a split tile (device
@@ -115,30 +120,51 @@ struct AttnPlanLimits {
 struct AttnPlan {
   std::vector<AttnSeqInfo> seqs;
   std::vector<AttnWorkItem> items;
-  std::vector<AttnMergeItem> merges;  // empty when no tile is split
+  std::vector<AttnMergeItem> merges;  // empty when no tile is split or every split tile is fused
   std::vector<int32_t> page_table;
   std::vector<uint64_t> masks;
   int num_split_tiles = 0;
+  int num_fused_tiles = 0;  // split tiles merged by their last CTA (counters 0 .. this - 1)
   int num_partials = 0;
   int num_query_rows = 0;  // rows of q / out (sum over sequences of n - first_query)
   int tile_rows = kAttnSmallTileRows;
 };
 
-// The tile size PlanTreeAttention uses when asked for 0 (automatic): 128 rows when some
-// (sequence, KV head) has more than 64 query rows — a 17-node tree of a model with 4 q heads per
-// KV head would otherwise stream its keys twice — else 64 (two CTAs per SM at head dim 128).
-int AutoTileRows(absl::Span<const AttnSeqDesc> seqs, const AttnHeads& heads);
+// The tile size the attention uses when asked for 0 (automatic), by the most query rows R of a
+// (sequence, KV head): 128 rows when R > 64 — a 17-node tree of a model with 4 q heads per KV
+// head would otherwise stream its keys twice — else 64 (two CTAs per SM at head dim 128). For
+// the wgmma path (`wgmma`), 128 only for 64 < R <= 128: past that, tiles of 64 rows (two
+// independent warpgroups per SM, whose softmax and matrix products interleave) were faster on
+// the H200 although they stream the keys more often (docs/performance.md).
+int AutoTileRows(absl::Span<const AttnSeqDesc> seqs, const AttnHeads& heads, bool wgmma = false);
 
-// Partitions a batch into query tiles of `tile_rows` rows (64 or 128). `target_ctas` is how
-// many CTAs of that size fill the GPU (SMs × resident CTAs per SM); key ranges are split until the
-// batch has about that many, never below `min_split_tiles` key tiles per split, and fewer when more
-// partial results than limits.max_partials would be needed. Page ids must lie in [0, pool_pages).
-// Errors (INVALID_ARGUMENT / RESOURCE_EXHAUSTED) name the sequence and field: bad lengths, too few
-// pages or a page outside the pool, a malformed mask, a limit exceeded.
+// The default of AttnSplitOptions::fused_merge_row_splits in the model (TreeAttentionOptions).
+// Measured on the H200 (docs/performance.md): one node's 4 rows split 17 ways (1k) merge 1.6 µs
+// faster in the last CTA than in the merge launch; split 33 ways (8k), or 8 rows split 17 ways,
+// ~0.8 µs slower.
+inline constexpr int kAttnDefaultFusedMergeRowSplits = 80;
+
+// How a launch is cut into CTAs.
+struct AttnSplitOptions {
+  // CTAs of tile_rows rows that fill the GPU (SMs × resident CTAs per SM): key ranges are split
+  // until the batch has about that many.
+  int target_ctas = 1;
+  int min_split_tiles = 1;             // key tiles per split, at least
+  int tile_rows = kAttnSmallTileRows;  // 64 or 128
+  // A split tile with valid rows × splits <= this is merged by its last CTA (no merge launch
+  // for it); larger ones by the merge launch. 0: every split tile by the merge launch.
+  int fused_merge_row_splits = 0;
+};
+
+// Partitions a batch into query tiles of `split.tile_rows` rows (64 or 128), splits key ranges
+// as `split` says, and fewer when more partial results than limits.max_partials would be needed.
+// Page ids must lie in [0, pool_pages). Errors (INVALID_ARGUMENT / RESOURCE_EXHAUSTED) name the
+// sequence and field: bad lengths, too few pages or a page outside the pool, a malformed mask, a
+// limit exceeded.
 absl::StatusOr<AttnPlan> PlanTreeAttention(absl::Span<const AttnSeqDesc> seqs,
                                            const AttnHeads& heads, int page_size, int pool_pages,
-                                           const AttnPlanLimits& limits, int target_ctas,
-                                           int min_split_tiles = 1, int tile_rows = 64);
+                                           const AttnPlanLimits& limits,
+                                           const AttnSplitOptions& split);
 
 }  // namespace treespec::gpu
 

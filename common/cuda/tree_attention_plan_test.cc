@@ -1,7 +1,8 @@
 // The tree-attention work partitioning (host only; runs on any machine): every query row of
 // every (sequence, KV head) is covered by exactly one tile, every tile's key range
 // [0, L + last node + 1) by its splits exactly once, in order; the batch is spread over about
-// target_ctas CTAs; malformed batches are refused with a message naming the field.
+// target_ctas CTAs; every row of a split tile is merged once, by the tile's last CTA (small tiles,
+// when asked) or by one merge CTA; malformed batches are refused with a message naming the field.
 #include "common/cuda/tree_attention_plan.h"
 
 #include <algorithm>
@@ -19,6 +20,16 @@ namespace treespec::gpu {
 namespace {
 
 constexpr AttnPlanLimits kLimits{64, 1 << 16, 1 << 16, 1 << 16, 1 << 16};
+
+AttnSplitOptions Split(int target_ctas, int min_split_tiles = 1, int tile_rows = kAttnSmallTileRows,
+                       int fused_merge_row_splits = 0) {
+  AttnSplitOptions split;
+  split.target_ctas = target_ctas;
+  split.min_split_tiles = min_split_tiles;
+  split.tile_rows = tile_rows;
+  split.fused_merge_row_splits = fused_merge_row_splits;
+  return split;
+}
 
 struct Batch {
   std::vector<std::vector<int32_t>> pages;
@@ -73,96 +84,125 @@ TEST(TreeAttentionPlanTest, TilesAndSplitsCoverEveryRowAndKeyOnce) {
   const AttnHeads heads{5, 2, 4, 2};
   for (int tile : {kAttnSmallTileRows, kAttnMaxTileRows}) {
     for (int target : {1, 7, 132, 264, 100000}) {
-      SCOPED_TRACE(absl::StrCat("target_ctas ", target, ", tiles of ", tile, " rows"));
-      auto plan = PlanTreeAttention(batch.descs, heads, 16, 1 << 20, kLimits, target, 1, tile);
-      ASSERT_TRUE(plan.ok()) << plan.status();
-      EXPECT_EQ(plan->tile_rows, tile);
-      // rows[(seq, kv head)] -> tile starts; keys[(seq, head, row_begin)] -> next expected key.
-      std::map<std::tuple<int, int, int>, int> next_key;
-      std::map<std::tuple<int, int, int>, int> splits_seen;
-      int partials = 0;
-      for (const AttnWorkItem& item : plan->items) {
-        const auto key = std::make_tuple(item.seq, item.kv_head, item.row_begin);
-        EXPECT_EQ(item.key_begin, next_key[key]) << "gap or overlap in the key range";
-        EXPECT_LT(item.key_begin, item.key_end);
-        EXPECT_EQ(item.key_begin % kAttnTileKeys, 0);
-        next_key[key] = item.key_end;
-        EXPECT_EQ(item.page_begin, plan->seqs[item.seq].page_begin);
-        EXPECT_EQ(item.prefix_len, plan->seqs[item.seq].prefix_len);
-        EXPECT_EQ(item.split, splits_seen[key]++);
-        if (item.num_splits > 1) {
-          EXPECT_GE(item.partial_base, 0);
-          partials = std::max(partials, item.partial_base + item.split + 1);
-        } else {
-          EXPECT_EQ(item.partial_base, -1);
-        }
-      }
-      EXPECT_EQ(partials, plan->num_partials);
-      int rows = 0;
-      for (size_t b = 0; b < batch.descs.size(); ++b) {
-        const AttnSeqDesc& s = batch.descs[b];
-        rows += s.num_nodes - s.first_query;
-        EXPECT_EQ(plan->seqs[b].q_row_begin, rows - (s.num_nodes - s.first_query));
-        for (int h = 0; h < heads.num_kv_heads; ++h) {
-          const int tile_rows = (s.num_nodes - s.first_query) * heads.NumQHeads(h);
-          for (int r = 0; r < tile_rows; r += tile) {
-            const auto key = std::make_tuple(static_cast<int>(b), h, r);
-            const int last_node =
-                s.first_query + (std::min(tile_rows, r + tile) - 1) / heads.NumQHeads(h);
-            EXPECT_EQ(next_key[key], s.prefix_len + last_node + 1)
-                << "seq " << b << " head " << h << " rows from " << r;
-            EXPECT_EQ(
-                splits_seen[key], plan->items.empty() ? 0 : [&] {
-                  for (const AttnWorkItem& item : plan->items) {
-                    if (std::make_tuple(item.seq, item.kv_head, item.row_begin) == key) {
-                      return item.num_splits;
-                    }
-                  }
-                  return -1;
-                }());
+      for (int fused : {0, 256, 1 << 30}) {
+        SCOPED_TRACE(
+            absl::StrCat("target_ctas ", target, ", tiles of ", tile, " rows, fused ", fused));
+        auto plan = PlanTreeAttention(batch.descs, heads, 16, 1 << 20, kLimits,
+                                      Split(target, 1, tile, fused));
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        EXPECT_EQ(plan->tile_rows, tile);
+        // rows[(seq, kv head)] -> tile starts; keys[(seq, head, row_begin)] -> next expected key.
+        std::map<std::tuple<int, int, int>, int> next_key;
+        std::map<std::tuple<int, int, int>, int> splits_seen;
+        std::map<std::tuple<int, int, int>, int> counter_of;  // split tile -> its merge counter
+        int partials = 0;
+        for (const AttnWorkItem& item : plan->items) {
+          const auto key = std::make_tuple(item.seq, item.kv_head, item.row_begin);
+          EXPECT_EQ(item.key_begin, next_key[key]) << "gap or overlap in the key range";
+          EXPECT_LT(item.key_begin, item.key_end);
+          EXPECT_EQ(item.key_begin % kAttnTileKeys, 0);
+          next_key[key] = item.key_end;
+          EXPECT_EQ(item.page_begin, plan->seqs[item.seq].page_begin);
+          EXPECT_EQ(item.prefix_len, plan->seqs[item.seq].prefix_len);
+          EXPECT_EQ(item.split, splits_seen[key]++);
+          if (item.num_splits > 1) {
+            EXPECT_GE(item.partial_base, 0);
+            partials = std::max(partials, item.partial_base + item.split + 1);
+            // Every split of a tile names the same counter (or none).
+            if (item.split == 0) counter_of[key] = item.merge_counter;
+            EXPECT_EQ(item.merge_counter, counter_of[key]);
+          } else {
+            EXPECT_EQ(item.partial_base, -1);
+            EXPECT_EQ(item.merge_counter, -1);
           }
         }
-      }
-      EXPECT_EQ(plan->num_query_rows, rows);
-      // Merge CTAs: every row of every split tile exactly once, none for unsplit tiles.
-      std::map<std::tuple<int, int, int>, int> merged;  // (seq, head, row) -> times merged
-      for (const AttnMergeItem& m : plan->merges) {
-        const auto tile_key = std::make_tuple(m.seq, m.kv_head, m.tile_row_begin);
-        ASSERT_GT(splits_seen[tile_key], 1) << "merge of an unsplit tile";
-        EXPECT_EQ(m.num_splits, splits_seen[tile_key]);
-        const auto first = std::find_if(plan->items.begin(), plan->items.end(), [&](auto& item) {
-          return std::make_tuple(item.seq, item.kv_head, item.row_begin) == tile_key;
-        });
-        EXPECT_EQ(m.partial_base, first->partial_base);
-        EXPECT_EQ(m.q_row_begin, plan->seqs[m.seq].q_row_begin);
-        EXPECT_GE(m.row_begin, m.tile_row_begin);
-        EXPECT_LE(m.row_begin + m.rows, m.tile_row_begin + tile);
-        EXPECT_GE(m.rows, 1);
-        EXPECT_LE(m.rows, AttnMergeRows(tile, m.num_splits));
-        for (int r = m.row_begin; r < m.row_begin + m.rows; ++r) {
-          ++merged[std::make_tuple(m.seq, m.kv_head, r)];
+        EXPECT_EQ(partials, plan->num_partials);
+        // Fused tiles: exactly the split tiles with valid rows × splits <= fused, one counter
+        // each, numbered from 0.
+        std::vector<int> counter_uses(plan->num_fused_tiles, 0);
+        for (const auto& [key, counter] : counter_of) {
+          const auto [b, h, r0] = key;
+          const AttnSeqDesc& s = batch.descs[b];
+          const int valid = std::min(tile, (s.num_nodes - s.first_query) * heads.NumQHeads(h) - r0);
+          const bool want_fused = static_cast<int64_t>(valid) * splits_seen[key] <= fused;
+          EXPECT_EQ(counter >= 0, want_fused)
+              << "seq " << b << " head " << h << " rows from " << r0;
+          if (counter >= 0) {
+            ASSERT_LT(counter, plan->num_fused_tiles);
+            ++counter_uses[counter];
+          }
         }
-      }
-      int split_rows = 0;
-      for (const auto& [key, splits] : splits_seen) {
-        if (splits < 2) continue;
-        const auto [b, h, r0] = key;
-        const AttnSeqDesc& s = batch.descs[b];
-        const int end = std::min(r0 + tile, (s.num_nodes - s.first_query) * heads.NumQHeads(h));
-        for (int r = r0; r < end; ++r) {
-          EXPECT_EQ(merged[std::make_tuple(b, h, r)], 1)
-              << "seq " << b << " head " << h << " row " << r;
+        for (int uses : counter_uses) EXPECT_EQ(uses, 1);
+        if (fused == 0) EXPECT_EQ(plan->num_fused_tiles, 0);
+        if (fused == 1 << 30) EXPECT_TRUE(plan->merges.empty());
+        int rows = 0;
+        for (size_t b = 0; b < batch.descs.size(); ++b) {
+          const AttnSeqDesc& s = batch.descs[b];
+          rows += s.num_nodes - s.first_query;
+          EXPECT_EQ(plan->seqs[b].q_row_begin, rows - (s.num_nodes - s.first_query));
+          for (int h = 0; h < heads.num_kv_heads; ++h) {
+            const int tile_rows = (s.num_nodes - s.first_query) * heads.NumQHeads(h);
+            for (int r = 0; r < tile_rows; r += tile) {
+              const auto key = std::make_tuple(static_cast<int>(b), h, r);
+              const int last_node =
+                  s.first_query + (std::min(tile_rows, r + tile) - 1) / heads.NumQHeads(h);
+              EXPECT_EQ(next_key[key], s.prefix_len + last_node + 1)
+                  << "seq " << b << " head " << h << " rows from " << r;
+              EXPECT_EQ(
+                  splits_seen[key], plan->items.empty() ? 0 : [&] {
+                    for (const AttnWorkItem& item : plan->items) {
+                      if (std::make_tuple(item.seq, item.kv_head, item.row_begin) == key) {
+                        return item.num_splits;
+                      }
+                    }
+                    return -1;
+                  }());
+            }
+          }
         }
-        split_rows += end - r0;
+        EXPECT_EQ(plan->num_query_rows, rows);
+        // Merge CTAs: every row of every split tile that is not fused exactly once, none for
+        // unsplit or fused tiles.
+        std::map<std::tuple<int, int, int>, int> merged;  // (seq, head, row) -> times merged
+        for (const AttnMergeItem& m : plan->merges) {
+          const auto tile_key = std::make_tuple(m.seq, m.kv_head, m.tile_row_begin);
+          ASSERT_GT(splits_seen[tile_key], 1) << "merge of an unsplit tile";
+          EXPECT_EQ(counter_of[tile_key], -1) << "merge of a fused tile";
+          EXPECT_EQ(m.num_splits, splits_seen[tile_key]);
+          const auto first = std::find_if(plan->items.begin(), plan->items.end(), [&](auto& item) {
+            return std::make_tuple(item.seq, item.kv_head, item.row_begin) == tile_key;
+          });
+          EXPECT_EQ(m.partial_base, first->partial_base);
+          EXPECT_EQ(m.q_row_begin, plan->seqs[m.seq].q_row_begin);
+          EXPECT_GE(m.row_begin, m.tile_row_begin);
+          EXPECT_LE(m.row_begin + m.rows, m.tile_row_begin + tile);
+          EXPECT_GE(m.rows, 1);
+          EXPECT_LE(m.rows, AttnMergeRows(tile, m.num_splits));
+          for (int r = m.row_begin; r < m.row_begin + m.rows; ++r) {
+            ++merged[std::make_tuple(m.seq, m.kv_head, r)];
+          }
+        }
+        int split_rows = 0;
+        for (const auto& [key, splits] : splits_seen) {
+          if (splits < 2 || counter_of[key] >= 0) continue;
+          const auto [b, h, r0] = key;
+          const AttnSeqDesc& s = batch.descs[b];
+          const int end = std::min(r0 + tile, (s.num_nodes - s.first_query) * heads.NumQHeads(h));
+          for (int r = r0; r < end; ++r) {
+            EXPECT_EQ(merged[std::make_tuple(b, h, r)], 1)
+                << "seq " << b << " head " << h << " row " << r;
+          }
+          split_rows += end - r0;
+        }
+        EXPECT_EQ(static_cast<int>(merged.size()), split_rows) << "rows merged that no tile has";
+        EXPECT_LE(plan->merges.size(), 2 * plan->items.size());
+        if (target == 132 || target == 264) {  // (fewer key tiles than 100000 CTAs)
+          // Enough splitting to fill the GPU, not wildly more than asked.
+          EXPECT_GE(static_cast<int>(plan->items.size()), target / 2);
+          EXPECT_LE(static_cast<int>(plan->items.size()), 2 * target + 64);
+        }
+        if (target == 1) EXPECT_EQ(plan->num_partials, 0) << "one CTA per tile needs no merge";
       }
-      EXPECT_EQ(static_cast<int>(merged.size()), split_rows) << "rows merged that no tile has";
-      EXPECT_LE(plan->merges.size(), 2 * plan->items.size());
-      if (target == 132 || target == 264) {  // (fewer key tiles than 100000 CTAs)
-        // Enough splitting to fill the GPU, not wildly more than asked.
-        EXPECT_GE(static_cast<int>(plan->items.size()), target / 2);
-        EXPECT_LE(static_cast<int>(plan->items.size()), 2 * target + 64);
-      }
-      if (target == 1) EXPECT_EQ(plan->num_partials, 0) << "one CTA per tile needs no merge";
     }
   }
 }
@@ -181,15 +221,23 @@ TEST(TreeAttentionPlanTest, AutoTileRowsKeepsATreeOfAGqaGroupInOneTile) {
   EXPECT_EQ(AutoTileRows(MakeBatch({{10, 22, 0}}, 16, rng).descs, AttnHeads{5, 2, 4, 2}),
             kAttnMaxTileRows);
   EXPECT_EQ(AutoTileRows({}, llama), kAttnSmallTileRows);
-  auto bad = PlanTreeAttention({}, llama, 16, 100, kLimits, 10, 1, 96);
+  // The wgmma path: 128 rows only while one tile holds them all (17–32 nodes × 4 heads).
+  const Batch mid = MakeBatch({{1000, 32, 0}, {50, 3, 0}}, 16, rng);
+  const Batch big = MakeBatch({{1000, 33, 0}, {50, 3, 0}}, 16, rng);
+  EXPECT_EQ(AutoTileRows(mid.descs, llama, /*wgmma=*/true), kAttnMaxTileRows);
+  EXPECT_EQ(AutoTileRows(big.descs, llama, /*wgmma=*/true), kAttnSmallTileRows);
+  EXPECT_EQ(AutoTileRows(big.descs, llama, /*wgmma=*/false), kAttnMaxTileRows);
+  EXPECT_EQ(AutoTileRows(MakeBatch({{1000, 16, 0}}, 16, rng).descs, llama, true),
+            kAttnSmallTileRows);
+  auto bad = PlanTreeAttention({}, llama, 16, 100, kLimits, Split(10, 1, 96));
   EXPECT_NE(bad.status().message().find("tile_rows 96"), std::string::npos) << bad.status();
 }
 
 TEST(TreeAttentionPlanTest, MinSplitTilesBoundsTheSplits) {
   std::mt19937 rng(3);
   const Batch batch = MakeBatch({{8192, 16, 0}}, 16, rng);
-  auto plan = PlanTreeAttention(batch.descs, {32, 8, 4, 0}, 16, 1 << 20, kLimits, 100000,
-                                /*min_split_tiles=*/8);
+  auto plan = PlanTreeAttention(batch.descs, {32, 8, 4, 0}, 16, 1 << 20, kLimits,
+                                Split(100000, /*min_split_tiles=*/8));
   ASSERT_TRUE(plan.ok()) << plan.status();
   for (const AttnWorkItem& item : plan->items) {
     EXPECT_GE(item.key_end - item.key_begin,
@@ -202,7 +250,7 @@ TEST(TreeAttentionPlanTest, FewPartialSlotsMeanLongerSplits) {
   const Batch batch = MakeBatch({{32768, 16, 0}, {8192, 64, 0}}, 16, rng);
   AttnPlanLimits limits = kLimits;
   limits.max_partials = 40;
-  auto plan = PlanTreeAttention(batch.descs, {32, 8, 4, 0}, 16, 1 << 20, limits, 264);
+  auto plan = PlanTreeAttention(batch.descs, {32, 8, 4, 0}, 16, 1 << 20, limits, Split(264));
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_LE(plan->num_partials, 40);
   EXPECT_GT(plan->num_partials, 0);
@@ -213,7 +261,7 @@ TEST(TreeAttentionPlanTest, MalformedBatchesNameTheProblem) {
   Batch batch = MakeBatch({{20, 5, 0}}, 16, rng);
   const AttnHeads heads{8, 4, 2, 0};
   auto expect_error = [&](const std::string& needle, absl::StatusCode code) {
-    auto plan = PlanTreeAttention(batch.descs, heads, 16, 100, kLimits, 10);
+    auto plan = PlanTreeAttention(batch.descs, heads, 16, 100, kLimits, Split(10));
     ASSERT_FALSE(plan.ok()) << needle;
     EXPECT_EQ(plan.status().code(), code) << plan.status();
     EXPECT_NE(plan.status().message().find(needle), std::string::npos) << plan.status();
@@ -237,14 +285,14 @@ TEST(TreeAttentionPlanTest, MalformedBatchesNameTheProblem) {
   batch.descs[0].ancestor_mask = absl::MakeConstSpan(batch.masks[0]).subspan(1);
   expect_error("has 4 words, want 5", absl::StatusCode::kInvalidArgument);
 
-  auto bad_heads = PlanTreeAttention({}, {6, 4, 2, 0}, 16, 100, kLimits, 10);
+  auto bad_heads = PlanTreeAttention({}, {6, 4, 2, 0}, 16, 100, kLimits, Split(10));
   EXPECT_EQ(bad_heads.status().code(), absl::StatusCode::kInvalidArgument) << bad_heads.status();
-  auto bad_page = PlanTreeAttention({}, heads, 24, 100, kLimits, 10);
+  auto bad_page = PlanTreeAttention({}, heads, 24, 100, kLimits, Split(10));
   EXPECT_NE(bad_page.status().message().find("page_size 24"), std::string::npos);
   AttnPlanLimits tight = kLimits;
   tight.max_items = 0;
   Batch big = MakeBatch({{4096, 16, 0}}, 16, rng);
-  auto over = PlanTreeAttention(big.descs, heads, 16, 1 << 20, tight, 1000);
+  auto over = PlanTreeAttention(big.descs, heads, 16, 1 << 20, tight, Split(1000));
   EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted) << over.status();
 }
 

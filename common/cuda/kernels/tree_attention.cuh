@@ -8,11 +8,20 @@
 // accumulate), online softmax in fp32 in the log2 domain. Keys below the committed length L
 // are visible to every row; a tree key L + j is visible to node i iff bit j of the ancestor
 // mask row i is set (a chain: iff j <= i). When the plan splits a tile's keys over several
-// CTAs, each writes its normalised partial output and log-sum-exp for its valid rows, and the
-// merge kernel (tree_attention_merge.cuh, the next launch) combines them.
+// CTAs, each writes its normalised partial output and log-sum-exp for its valid rows; the last
+// of them to finish combines them (the tile's counter; tiles with few partial rows) or the merge
+// kernel does (tree_attention_merge.cuh, the next launch).
 //
 // Shared memory rows are 16-byte chunks XOR-swizzled by row so that the 8 row addresses of
 // every ldmatrix hit 8 different bank groups.
+//
+// The wgmma path (kWgmma, sm_90a, head dim 64 or 128; kernels/wgmma.cuh): the same CTA work, the
+// same pipeline, softmax and masking, but each warpgroup (4 warps, 64 rows) computes S = Q·Kᵀ
+// with Q and K read by the tensor cores straight from shared memory, and O += P·V with P from
+// registers: one instruction per 16 columns of the reduction instead of a warp's ldmatrix and
+// mma.sync per 16 × 8 × 16 block. Tiles are stored as 128-byte-swizzled halves of 64 columns
+// (GmmaTileOffset), 1024-byte aligned. A warpgroup computes its 64 rows whether or not all are
+// valid (a tile of one node's 4 rows computes 64).
 #ifndef TREESPEC_COMMON_CUDA_KERNELS_TREE_ATTENTION_CUH_
 #define TREESPEC_COMMON_CUDA_KERNELS_TREE_ATTENTION_CUH_
 
@@ -22,6 +31,7 @@
 
 #include "common/cuda/kernels/common.cuh"
 #include "common/cuda/kernels/mma.cuh"
+#include "common/cuda/kernels/wgmma.cuh"
 #include "common/cuda/paged_kv.h"
 #include "common/cuda/tree_attention_plan.h"
 
@@ -41,10 +51,16 @@ inline constexpr int kAttnMaxSharedBytes = 99 * 1024;
 // 2-stage pipeline at head dim 128 was as fast as or faster than 3 (64-row tiles) or 6
 // (128-row tiles) stages at every context, tree size and batch of the attention bench, and
 // stages of 32 keys (5 or 4 stages in the same memory) were no faster than stages of 64.
-template <int kHeadDim, int kRows>
+// The wgmma path's tiles start 1024-byte aligned: that much more shared memory, for the padding.
+template <bool kWgmma>
+__host__ __device__ constexpr int AttnAlignBytes() {
+  return kWgmma ? 1024 : 0;
+}
+
+template <int kHeadDim, int kRows, bool kWgmma = false>
 __host__ __device__ constexpr int AttnStages() {
-  constexpr int kFit =
-      (kAttnMaxSharedBytes - kRows * kHeadDim * 2) / (2 * kAttnTileKeys * kHeadDim * 2);
+  constexpr int kFit = (kAttnMaxSharedBytes - AttnAlignBytes<kWgmma>() - kRows * kHeadDim * 2) /
+                       (2 * kAttnTileKeys * kHeadDim * 2);
   static_assert(kFit >= 2, "the pipeline needs two stages");
   return kFit < 4 ? kFit : 4;
 }
@@ -58,8 +74,9 @@ struct TreeAttentionArgs {
   const int32_t* num_items;   // CTAs past *num_items exit (the grid may be a fixed capacity)
   const int32_t* page_table;
   const uint64_t* masks;
-  float* partial_out;  // [partial slots, kRows, D]
-  float* partial_lse;  // [partial slots, kRows], log2 domain
+  float* partial_out;   // [partial slots, kRows, D]
+  float* partial_lse;   // [partial slots, kRows], log2 domain
+  int* merge_counters;  // [item_slots]: per tile merged by its last CTA, 0 between launches
   int item_slots;
   int num_q_heads;
   int group_size;
@@ -68,9 +85,10 @@ struct TreeAttentionArgs {
 };
 
 // Q tile, then the K and V stages.
-template <int kHeadDim, int kRows>
+template <int kHeadDim, int kRows, bool kWgmma = false>
 __host__ __device__ constexpr int AttnSharedBytes() {
-  return (kRows + 2 * AttnStages<kHeadDim, kRows>() * kAttnTileKeys) * kHeadDim * 2;
+  return AttnAlignBytes<kWgmma>() +
+         (kRows + 2 * AttnStages<kHeadDim, kRows, kWgmma>() * kAttnTileKeys) * kHeadDim * 2;
 }
 
 // Element offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows, kHeadDim] tile.
@@ -80,6 +98,17 @@ __device__ __forceinline__ int SwizzledOffset(int row, int chunk) {
   static_assert(kChunks == 4 || kChunks % 8 == 0, "head_dim is 32 or a multiple of 64");
   const int phys = kChunks >= 8 ? (chunk ^ (row & 7)) : (chunk ^ ((row >> 1) & 3));
   return row * kHeadDim + phys * 8;
+}
+
+// The element offset of chunk `chunk` of row `row` in a tile of kRowsTotal rows: row-major
+// swizzled rows (mma.sync path) or 128-byte-swizzled halves (wgmma path).
+template <int kHeadDim, int kRowsTotal, bool kWgmma>
+__device__ __forceinline__ int TileOffset(int row, int chunk) {
+  if constexpr (kWgmma) {
+    return GmmaTileOffset<kRowsTotal>(row, chunk);
+  } else {
+    return SwizzledOffset<kHeadDim>(row, chunk);
+  }
 }
 
 // 2^x by the hardware's approximation (relative error ~2^-22; 2^-inf = 0, as the softmax of
@@ -99,13 +128,91 @@ __device__ __forceinline__ float QuadSum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-template <int kHeadDim, int kRows>
+// Partial rows a CTA's shared memory holds for the merge by the tile's last CTA: every split's
+// rows (kHeadDim floats) and log-sum-exps, in the memory of the Q tile and the pipeline stages.
+template <int kHeadDim, int kRows, bool kWgmma>
+__host__ __device__ constexpr int AttnFusedMergeCapacity() {
+  return (AttnSharedBytes<kHeadDim, kRows, kWgmma>() - AttnAlignBytes<kWgmma>()) /
+         ((kHeadDim + 1) * 4);
+}
+
+// The end of a CTA of a tile that its last CTA merges (AttnWorkItem::merge_counter >= 0; the plan
+// keeps valid rows × splits within AttnFusedMergeCapacity), after the CTA stored its partial
+// rows: the CTA counts itself in, and the last of the tile's splits to do so copies every split's
+// partial rows and log-sum-exps into `smem` (all loads in flight at once), combines them by
+// log-sum-exp in split order (so the bits do not depend on which CTA came last), writes the
+// output rows and re-arms the counter. A thread takes one (row, 4 columns) at a time.
+template <int kHeadDim>
+__device__ __forceinline__ void MergeSplitsIfLast(const TreeAttentionArgs& args,
+                                                  const AttnWorkItem& item, const AttnSeqInfo& seq,
+                                                  int q_head0, int heads_here, int rows_here,
+                                                  int tile_rows, float* smem) {
+  constexpr int kColGroups = kHeadDim / 4;  // float4 columns
+  __shared__ int last;
+  __threadfence();  // this CTA's partials, before its count
+  __syncthreads();  // (and every warp is done with the pipeline's shared memory)
+  if (threadIdx.x == 0) {
+    last = atomicAdd(args.merge_counters + item.merge_counter, 1) == item.num_splits - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // the other splits' partials, after their counts
+  const int splits = item.num_splits, rows = rows_here;
+  const int64_t row0 = static_cast<int64_t>(item.partial_base) * tile_rows;
+  float* const values = smem;                           // [splits][rows][kHeadDim]
+  float* const lses = smem + splits * rows * kHeadDim;  // [splits][rows]
+  for (int idx = threadIdx.x; idx < splits * rows * kColGroups; idx += blockDim.x) {
+    const int col = idx % kColGroups, sr = idx / kColGroups;  // sr = split * rows + row
+    const int sp = sr / rows, r = sr % rows;
+    CpAsync16(SharedAddress(values + sr * kHeadDim + col * 4),
+              args.partial_out + (row0 + sp * tile_rows + r) * kHeadDim + col * 4, 16);
+  }
+  CpAsyncCommit();
+  for (int sr = threadIdx.x; sr < splits * rows; sr += blockDim.x) {
+    lses[sr] = __ldcg(args.partial_lse + row0 + (sr / rows) * tile_rows + sr % rows);
+  }
+  CpAsyncWait<0>();
+  __syncthreads();
+  for (int task = threadIdx.x; task < rows * kColGroups; task += blockDim.x) {
+    const int r = task / kColGroups, col = (task % kColGroups) * 4;
+    float lse_max = -INFINITY;
+    for (int sp = 0; sp < splits; ++sp) lse_max = fmaxf(lse_max, lses[sp * rows + r]);
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float sum = 0.0f;
+#pragma unroll 4
+    for (int sp = 0; sp < splits; ++sp) {
+      const float lse = lses[sp * rows + r];
+      // -inf: the split saw no visible key for this row.
+      const float w = lse == -INFINITY ? 0.0f : exp2f(lse - lse_max);
+      const float4 x = *reinterpret_cast<const float4*>(values + (sp * rows + r) * kHeadDim + col);
+      sum += w;
+      acc.x += w * x.x;
+      acc.y += w * x.y;
+      acc.z += w * x.z;
+      acc.w += w * x.w;
+    }
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const int tr = item.row_begin + r;
+    __nv_bfloat16* const dst =
+        args.out +
+        (static_cast<int64_t>(seq.q_row_begin + tr / heads_here) * args.num_q_heads + q_head0 +
+         tr % heads_here) *
+            kHeadDim +
+        col;
+    *reinterpret_cast<uint2*>(dst) =
+        make_uint2(PackBf16(acc.x * inv, acc.y * inv), PackBf16(acc.z * inv, acc.w * inv));
+  }
+  if (threadIdx.x == 0) args.merge_counters[item.merge_counter] = 0;  // for the next launch
+}
+
+template <int kHeadDim, int kRows, bool kWgmma>
 __global__ void __launch_bounds__(AttnThreads<kRows>())
     TreeAttentionKernel(const TreeAttentionArgs args) {
   AllowDependentLaunch();  // the next GEMM may start loading its weights
   constexpr int D = kHeadDim;
   constexpr int kAttnThreads = AttnThreads<kRows>();
-  constexpr int kStages = AttnStages<D, kRows>();
+  constexpr int kStages = AttnStages<D, kRows, kWgmma>();
+  static_assert(!kWgmma || D == 64 || D == 128, "the wgmma path takes head dim 64 or 128");
   constexpr int kChunks = D / 8;                 // 16-byte chunks per row
   constexpr int kKTiles = D / 16;                // k steps of Q·Kᵀ
   constexpr int kNTiles = kAttnTileKeys / 8;     // 8-key column tiles of S
@@ -129,7 +236,8 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
   const int rows_here = min(kRows, rows_total - item.row_begin);
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  __nv_bfloat16* const q_smem = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  const uint32_t smem_pad = kWgmma ? (1024 - (SharedAddress(smem_raw) & 1023)) & 1023 : 0;
+  __nv_bfloat16* const q_smem = reinterpret_cast<__nv_bfloat16*>(smem_raw + smem_pad);
   __nv_bfloat16* const k_smem = q_smem + kRows * D;             // [stages][tile]
   __nv_bfloat16* const v_smem = k_smem + kStages * kTileElems;  // [stages][tile]
 
@@ -148,6 +256,8 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
   // is (the tile's first slot) + (its offset in the tile & slot_mask): the tile's first slot is
   // 0 for pages of <= 64 keys, and the offset is below 64 otherwise.
   constexpr int kKeysPerPage = kKeyStride >= 16 ? 1 : 16 / kKeyStride;
+  constexpr int kRowBytes = kWgmma ? 128 : D * 2;  // between rows of a K/V stage
+  static_assert(kKeyStride % 8 == 0, "a thread's keys share their swizzle (row % 8)");
   constexpr int kPageLoads = kKeysPerThread / kKeysPerPage;
   const int64_t page_bytes = static_cast<int64_t>(args.kv.num_kv_heads) * args.kv.page_size * D * 2;
   const int64_t head_bytes =
@@ -164,10 +274,10 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
   };
   auto issue_copies = [&](int tile, const int(&page)[kPageLoads]) {
     const int stage = tile % kStages;
-    const uint32_t ks =
-        SharedAddress(k_smem + stage * kTileElems + SwizzledOffset<D>(my_key, my_chunk));
-    const uint32_t vs =
-        SharedAddress(v_smem + stage * kTileElems + SwizzledOffset<D>(my_key, my_chunk));
+    const uint32_t ks = SharedAddress(k_smem + stage * kTileElems +
+                                      TileOffset<D, kAttnTileKeys, kWgmma>(my_key, my_chunk));
+    const uint32_t vs = SharedAddress(v_smem + stage * kTileElems +
+                                      TileOffset<D, kAttnTileKeys, kWgmma>(my_key, my_chunk));
     const int tile_key0 = item.key_begin + tile * kAttnTileKeys;
     const int keys_left = item.key_end - tile_key0;  // keys of the tile below key_end
     const int tile_slot = tile_key0 & slot_mask;     // 0 unless pages exceed 64 keys
@@ -181,8 +291,8 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
         const int r = my_key + j * kKeyStride;  // row of the tile; same swizzle as my_key
         const int slot_bytes = ((tile_slot + (r & slot_mask)) * D) * 2;
         const int bytes = r < keys_left ? 16 : 0;
-        CpAsync16(ks + j * kKeyStride * D * 2, k_page + slot_bytes, bytes);
-        CpAsync16(vs + j * kKeyStride * D * 2, v_page + slot_bytes, bytes);
+        CpAsync16(ks + j * kKeyStride * kRowBytes, k_page + slot_bytes, bytes);
+        CpAsync16(vs + j * kKeyStride * kRowBytes, v_page + slot_bytes, bytes);
       }
     }
   };
@@ -207,7 +317,7 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
     const __nv_bfloat16* src =
         args.q + (static_cast<int64_t>(seq.q_row_begin + node_row) * args.num_q_heads + head) * D +
         chunk * 8;
-    CpAsync16(SharedAddress(q_smem + SwizzledOffset<D>(r, chunk)), src, valid ? 16 : 0);
+    CpAsync16(SharedAddress(q_smem + TileOffset<D, kRows, kWgmma>(r, chunk)), src, valid ? 16 : 0);
   }
   if (!first_tile_early && num_key_tiles > 0) issue_copies(0, next_pages);
   CpAsyncCommit();  // group 0: Q and the first tile
@@ -234,7 +344,7 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
     }
   }
 
-  uint32_t q_frag[kKTiles][4];
+  uint32_t q_frag[kWgmma ? 1 : kKTiles][4];  // (the wgmma path reads Q from shared memory)
   float o[kDTiles][4];
 #pragma unroll
   for (int t = 0; t < kDTiles; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
@@ -243,38 +353,66 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
   float m[2] = {-INFINITY, -INFINITY};
   float l[2] = {0.0f, 0.0f};
 
+  // The wgmma path's accumulators as the flat register arrays the instructions take: element
+  // (8-column tile t, e) is [4t + e], the layout of the mma.sync arrays.
+  float(&o_flat)[kDTiles * 4] = reinterpret_cast<float(&)[kDTiles * 4]>(o);
+  const int warpgroup = warp / 4;
+
   for (int tile = 0; tile < num_key_tiles; ++tile) {
     CpAsyncWait<kStages - 2>();
+    if constexpr (kWgmma) FenceProxyAsyncShared();  // the copies, to the tensor cores' reads
     __syncthreads();  // tile's stage is full; every warp is done with the previous stage
     if (tile + kStages - 1 < num_key_tiles) issue_copies(tile + kStages - 1, next_pages);
     CpAsyncCommit();
     fetch_pages(tile + kStages, next_pages);
-    if (warp * 16 >= rows_here) continue;  // this warp's rows are all padding: copies only
-    if (tile == 0) {
-#pragma unroll
-      for (int kk = 0; kk < kKTiles; ++kk) {
-        const int mi = lane / 8;
-        const int r = warp * 16 + (lane % 8) + (mi % 2) * 8;
-        LdMatrixX4(q_frag[kk], SharedAddress(q_smem + SwizzledOffset<D>(r, kk * 2 + mi / 2)));
-      }
-    }
     const __nv_bfloat16* const ks = k_smem + (tile % kStages) * kTileElems;
     const __nv_bfloat16* const vs = v_smem + (tile % kStages) * kTileElems;
 
     // S = Q · Kᵀ for the warp's 16 rows × the tile's keys.
     float s[kNTiles][4];
+    if constexpr (kWgmma) {
+      // The warpgroup's 64 rows at once; all four warps issue it (padding rows too).
+      if (warpgroup * 64 >= rows_here) continue;  // copies only
+      float(&s_flat)[kNTiles * 4] = reinterpret_cast<float(&)[kNTiles * 4]>(s);
 #pragma unroll
-    for (int t = 0; t < kNTiles; ++t) s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.0f;
+      for (int i = 0; i < kNTiles * 4; ++i) s_flat[i] = 0.0f;  // (overwritten: defined inputs)
+      const uint32_t q_rows = SharedAddress(q_smem) + warpgroup * 64 * 128;
+      const uint32_t k_rows = SharedAddress(ks);
+      WgmmaFence();
 #pragma unroll
-    for (int kk = 0; kk < kKTiles; ++kk) {
+      for (int kk = 0; kk < kKTiles; ++kk) {
+        const uint32_t at = (kk % 4) * 32;  // k16 step along the 128-byte row
+        const uint64_t desc_q = GmmaDescriptor(q_rows + (kk / 4) * kRows * 128 + at, 16, 1024);
+        const uint64_t desc_k =
+            GmmaDescriptor(k_rows + (kk / 4) * kAttnTileKeys * 128 + at, 16, 1024);
+        WgmmaM64N64K16SS(s_flat, desc_q, desc_k, kk > 0);
+      }
+      WgmmaCommit();
+      WgmmaWait<0>();
+      WgmmaPinRegisters(s_flat);
+    } else {
+      if (warp * 16 >= rows_here) continue;  // this warp's rows are all padding: copies only
+      if (tile == 0) {
 #pragma unroll
-      for (int np = 0; np < kNTiles / 2; ++np) {
-        const int mi = lane / 8;
-        const int key_row = (2 * np + mi / 2) * 8 + lane % 8;
-        uint32_t b[4];
-        LdMatrixX4(b, SharedAddress(ks + SwizzledOffset<D>(key_row, kk * 2 + mi % 2)));
-        MmaBf16(s[2 * np], q_frag[kk], b[0], b[1]);
-        MmaBf16(s[2 * np + 1], q_frag[kk], b[2], b[3]);
+        for (int kk = 0; kk < kKTiles; ++kk) {
+          const int mi = lane / 8;
+          const int r = warp * 16 + (lane % 8) + (mi % 2) * 8;
+          LdMatrixX4(q_frag[kk], SharedAddress(q_smem + SwizzledOffset<D>(r, kk * 2 + mi / 2)));
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < kNTiles; ++t) s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < kKTiles; ++kk) {
+#pragma unroll
+        for (int np = 0; np < kNTiles / 2; ++np) {
+          const int mi = lane / 8;
+          const int key_row = (2 * np + mi / 2) * 8 + lane % 8;
+          uint32_t b[4];
+          LdMatrixX4(b, SharedAddress(ks + SwizzledOffset<D>(key_row, kk * 2 + mi % 2)));
+          MmaBf16(s[2 * np], q_frag[kk], b[0], b[1]);
+          MmaBf16(s[2 * np + 1], q_frag[kk], b[2], b[3]);
+        }
       }
     }
 
@@ -340,18 +478,39 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
       }
     }
 
-    // O += P · V: P's accumulator layout is the A-fragment layout of m16n8k16.
+    // O += P · V: P's accumulator layout is the A-fragment layout of m16n8k16 (and of wgmma's
+    // register A operand).
+    if constexpr (kWgmma) {
+      const uint32_t v_rows = SharedAddress(vs);
+      WgmmaPinRegisters(o_flat);
+      WgmmaFence();
 #pragma unroll
-    for (int kk = 0; kk < kAttnTileKeys / 16; ++kk) {
-      const uint32_t a[4] = {p[2 * kk][0], p[2 * kk][1], p[2 * kk + 1][0], p[2 * kk + 1][1]};
+      for (int kk = 0; kk < kAttnTileKeys / 16; ++kk) {
+        const uint32_t a[4] = {p[2 * kk][0], p[2 * kk][1], p[2 * kk + 1][0], p[2 * kk + 1][1]};
+        // 16 keys = two groups of 8 rows; the 64-column halves are 64 rows × 128 bytes apart.
+        const uint64_t desc_v = GmmaDescriptor(v_rows + kk * 16 * 128, kAttnTileKeys * 128, 1024);
+        if constexpr (D == 128) {
+          WgmmaM64N128K16RS(o_flat, a, desc_v, 1);
+        } else {
+          WgmmaM64N64K16RS(o_flat, a, desc_v, 1);
+        }
+      }
+      WgmmaCommit();
+      WgmmaWait<0>();
+      WgmmaPinRegisters(o_flat);
+    } else {
 #pragma unroll
-      for (int dp = 0; dp < kDTiles / 2; ++dp) {
-        const int mi = lane / 8;
-        const int key_row = kk * 16 + (mi % 2) * 8 + lane % 8;
-        uint32_t b[4];
-        LdMatrixX4Trans(b, SharedAddress(vs + SwizzledOffset<D>(key_row, 2 * dp + mi / 2)));
-        MmaBf16(o[2 * dp], a, b[0], b[1]);
-        MmaBf16(o[2 * dp + 1], a, b[2], b[3]);
+      for (int kk = 0; kk < kAttnTileKeys / 16; ++kk) {
+        const uint32_t a[4] = {p[2 * kk][0], p[2 * kk][1], p[2 * kk + 1][0], p[2 * kk + 1][1]};
+#pragma unroll
+        for (int dp = 0; dp < kDTiles / 2; ++dp) {
+          const int mi = lane / 8;
+          const int key_row = kk * 16 + (mi % 2) * 8 + lane % 8;
+          uint32_t b[4];
+          LdMatrixX4Trans(b, SharedAddress(vs + SwizzledOffset<D>(key_row, 2 * dp + mi / 2)));
+          MmaBf16(o[2 * dp], a, b[0], b[1]);
+          MmaBf16(o[2 * dp + 1], a, b[2], b[3]);
+        }
       }
     }
   }
@@ -392,6 +551,10 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
       __stcg(args.partial_lse + static_cast<int64_t>(slot) * kRows + r,
              l[i] > 0.0f ? fmaf(m[i], args.scale_log2, log2f(l[i])) : -INFINITY);
     }
+  }
+  if (item.num_splits > 1 && item.merge_counter >= 0) {
+    MergeSplitsIfLast<D>(args, item, seq, q_head0, heads_here, rows_here, kRows,
+                         reinterpret_cast<float*>(q_smem));
   }
 }
 

@@ -54,7 +54,12 @@ __global__ void __launch_bounds__(kAttnMergeThreads)
   constexpr int kWarps = kAttnMergeThreads / 32;
   const int bid = blockIdx.x;
   const AttnMergeItem m = bid < args.merge_slots ? args.merges[bid] : AttnMergeItem{};
-  if (bid >= *args.num_merges) return;
+  if (bid >= *args.num_merges) {
+    // The next kernel's griddepcontrol.wait waits for this grid only: one CTA waiting for the
+    // attention keeps its output complete before this grid is (also when no tile needs a merge).
+    if (bid == 0) WaitForPriorGrid();
+    return;
+  }
   const int q_head0 = max(0, m.kv_head * args.group_size - args.q_head_shift);
   const int heads_here =
       min(args.num_q_heads, (m.kv_head + 1) * args.group_size - args.q_head_shift) - q_head0;
