@@ -50,7 +50,10 @@ inline constexpr int kAttnMaxSharedBytes = 99 * 1024;
 // dim 128). Measured on the H200 (docs/performance.md): the kernel is issue-bound, and the
 // 2-stage pipeline at head dim 128 was as fast as or faster than 3 (64-row tiles) or 6
 // (128-row tiles) stages at every context, tree size and batch of the attention bench, and
-// stages of 32 keys (5 or 4 stages in the same memory) were no faster than stages of 64.
+// stages of 32 keys (5 or 4 stages in the same memory) were no faster than stages of 64. The
+// wgmma path keeps the same depth: 3 stages (64-row tiles, two CTAs per SM) or 4 (128-row) in
+// more of sm_90's shared memory were 2–5 % slower.
+
 // The wgmma path's tiles start 1024-byte aligned: that much more shared memory, for the padding.
 template <bool kWgmma>
 __host__ __device__ constexpr int AttnAlignBytes() {
