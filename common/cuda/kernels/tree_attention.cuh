@@ -31,6 +31,7 @@
 
 #include "common/cuda/kernels/common.cuh"
 #include "common/cuda/kernels/mma.cuh"
+#include "common/cuda/kernels/tree_attention_merge.cuh"
 #include "common/cuda/kernels/wgmma.cuh"
 #include "common/cuda/paged_kv.h"
 #include "common/cuda/tree_attention_plan.h"
@@ -195,13 +196,10 @@ __device__ __forceinline__ void MergeSplitsIfLast(const TreeAttentionArgs& args,
       acc.w += w * x.w;
     }
     const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-    const int tr = item.row_begin + r;
-    __nv_bfloat16* const dst =
-        args.out +
-        (static_cast<int64_t>(seq.q_row_begin + tr / heads_here) * args.num_q_heads + q_head0 +
-         tr % heads_here) *
-            kHeadDim +
-        col;
+    __nv_bfloat16* const dst = args.out +
+                               AttnOutOffset(seq.q_row_begin, item.row_begin + r, heads_here,
+                                             args.num_q_heads, q_head0, kHeadDim) +
+                               col;
     *reinterpret_cast<uint2*>(dst) =
         make_uint2(PackBf16(acc.x * inv, acc.y * inv), PackBf16(acc.z * inv, acc.w * inv));
   }
@@ -529,13 +527,10 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
     if (!row_valid[i]) continue;
     const int r = warp * 16 + g + 8 * i;
     if (item.num_splits == 1) {
-      const int tr = item.row_begin + r;
-      __nv_bfloat16* const dst =
-          args.out +
-          (static_cast<int64_t>(seq.q_row_begin + tr / heads_here) * args.num_q_heads + q_head0 +
-           tr % heads_here) *
-              D +
-          c;
+      __nv_bfloat16* const dst = args.out +
+                                 AttnOutOffset(seq.q_row_begin, item.row_begin + r, heads_here,
+                                               args.num_q_heads, q_head0, D) +
+                                 c;
 #pragma unroll
       for (int t = 0; t < kDTiles; ++t) {
         *reinterpret_cast<__nv_bfloat162*>(dst + t * 8) =

@@ -23,6 +23,15 @@ namespace treespec::gpu::kernels {
 
 inline constexpr int kAttnMergeThreads = 128;
 
+// Element offset in out ([query rows, num_q_heads, head_dim]) of column 0 of row tr of a (sequence,
+// KV head)'s query rows: node row q_row_begin + tr / heads_here, q head q_head0 + tr % heads_here.
+__device__ __forceinline__ int64_t AttnOutOffset(int q_row_begin, int tr, int heads_here,
+                                                 int num_q_heads, int q_head0, int head_dim) {
+  return (static_cast<int64_t>(q_row_begin + tr / heads_here) * num_q_heads + q_head0 +
+          tr % heads_here) *
+         head_dim;
+}
+
 // Shared memory of a merge CTA: partial rows of every split (at most 64 + kAttnMaxSplits of
 // them, AttnMergeRows), their log-sum-exps (then weights), each row's 1 / (sum of weights), and
 // one float4 per thread for the split lanes' sums.
@@ -155,12 +164,9 @@ __global__ void __launch_bounds__(kAttnMergeThreads)
         acc.w += x.w;
       }
       const float inv = inv_sum[r];
-      const int tr = m.row_begin + r;
       __nv_bfloat16* const dst =
           args.out +
-          (static_cast<int64_t>(m.q_row_begin + tr / heads_here) * args.num_q_heads + q_head0 +
-           tr % heads_here) *
-              D +
+          AttnOutOffset(m.q_row_begin, m.row_begin + r, heads_here, args.num_q_heads, q_head0, D) +
           col;
       *reinterpret_cast<uint2*>(dst) =
           make_uint2(PackBf16(acc.x * inv, acc.y * inv), PackBf16(acc.z * inv, acc.w * inv));
