@@ -24,58 +24,57 @@ cudaError_t WithHeadDim(int head_dim, F&& f) {
                           : f(std::integral_constant<int, 128>{});
 }
 
-// Sets the kernel's shared-memory size and reports its resident CTAs per SM. (The wgmma path
-// has no head dim 32: never configured or launched for it.)
-template <int kRows, bool kWgmma>
-cudaError_t ConfigureKernel(int head_dim, int* ctas_per_sm) {
-  return WithHeadDim(head_dim, [&](auto d) {
-    constexpr int kHeadDim = decltype(d)::value;
-    if constexpr (kWgmma && kHeadDim == 32) {
-      return cudaErrorInvalidValue;
-    } else {
-      auto* kernel = &kernels::TreeAttentionKernel<kHeadDim, kRows, kWgmma>;
-      constexpr int kBytes = kernels::AttnSharedBytes<kHeadDim, kRows, kWgmma>();
-      if (cudaError_t e =
-              cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
-          e != cudaSuccess) {
-        return e;
+// Calls f(head dim, query-tile rows, wgmma) with each as a compile-time constant
+// (std::integral_constant / std::bool_constant): the attention kernel's instance for a launch.
+// Head dim 32 has no wgmma path (Create never chooses it there) and always gets mma.sync.
+template <typename F>
+auto WithAttentionKernel(int head_dim, int tile_rows, bool wgmma, F&& f) {
+  auto with_rows = [&](auto d) {
+    auto with_path = [&](auto rows) {
+      if constexpr (decltype(d)::value == 32) {
+        return f(d, rows, std::false_type{});
+      } else {
+        return wgmma ? f(d, rows, std::true_type{}) : f(d, rows, std::false_type{});
       }
-      return cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, kernel,
-                                                           kernels::AttnThreads<kRows>(), kBytes);
+    };
+    return tile_rows == kAttnMaxTileRows
+               ? with_path(std::integral_constant<int, kAttnMaxTileRows>{})
+               : with_path(std::integral_constant<int, kAttnSmallTileRows>{});
+  };
+  return head_dim == 32   ? with_rows(std::integral_constant<int, 32>{})
+         : head_dim == 64 ? with_rows(std::integral_constant<int, 64>{})
+                          : with_rows(std::integral_constant<int, 128>{});
+}
+
+// Sets the kernel's shared-memory size and reports its resident CTAs per SM.
+cudaError_t ConfigureKernel(int head_dim, int tile_rows, bool wgmma, int* ctas_per_sm) {
+  return WithAttentionKernel(head_dim, tile_rows, wgmma, [&](auto d, auto rows, auto w) {
+    auto* kernel = &kernels::TreeAttentionKernel<d, rows, w>;
+    constexpr int kBytes = kernels::AttnSharedBytes<d, rows, w>();
+    if (cudaError_t e =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+        e != cudaSuccess) {
+      return e;
     }
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, kernel,
+                                                         kernels::AttnThreads<rows>(), kBytes);
   });
 }
 
-template <int kRows, bool kWgmma>
-cudaError_t Launch(int head_dim, const kernels::TreeAttentionArgs& args, int ctas,
-                   bool dependent_launch, cudaStream_t stream) {
-  return WithHeadDim(head_dim, [&](auto d) {
-    constexpr int kHeadDim = decltype(d)::value;
-    if constexpr (kWgmma && kHeadDim == 32) {
-      return cudaErrorInvalidValue;
-    } else {
-      return internal::LaunchMaybeDependent(&kernels::TreeAttentionKernel<kHeadDim, kRows, kWgmma>,
-                                            dim3(ctas), dim3(kernels::AttnThreads<kRows>()),
-                                            kernels::AttnSharedBytes<kHeadDim, kRows, kWgmma>(),
-                                            dependent_launch, stream, args);
-    }
+cudaError_t Launch(int head_dim, int tile_rows, bool wgmma, const kernels::TreeAttentionArgs& args,
+                   int ctas, bool dependent_launch, cudaStream_t stream) {
+  return WithAttentionKernel(head_dim, tile_rows, wgmma, [&](auto d, auto rows, auto w) {
+    return internal::LaunchMaybeDependent(
+        &kernels::TreeAttentionKernel<d, rows, w>, dim3(ctas), dim3(kernels::AttnThreads<rows>()),
+        kernels::AttnSharedBytes<d, rows, w>(), dependent_launch, stream, args);
   });
 }
 
 // Partial rows (valid rows × splits) the last CTA of a tile can merge in its shared memory.
 int FusedMergeCapacity(int head_dim, int tile_rows, bool wgmma) {
-  int capacity = 0;
-  WithHeadDim(head_dim, [&](auto d) {
-    constexpr int kHeadDim = decltype(d)::value;
-    capacity =
-        tile_rows == kAttnMaxTileRows
-            ? (wgmma ? kernels::AttnFusedMergeCapacity<kHeadDim, kAttnMaxTileRows, true>()
-                     : kernels::AttnFusedMergeCapacity<kHeadDim, kAttnMaxTileRows, false>())
-            : (wgmma ? kernels::AttnFusedMergeCapacity<kHeadDim, kAttnSmallTileRows, true>()
-                     : kernels::AttnFusedMergeCapacity<kHeadDim, kAttnSmallTileRows, false>());
-    return cudaSuccess;
+  return WithAttentionKernel(head_dim, tile_rows, wgmma, [](auto d, auto rows, auto w) {
+    return kernels::AttnFusedMergeCapacity<d, rows, w>();
   });
-  return capacity;
 }
 
 cudaError_t ConfigureMergeKernel(int head_dim) {
@@ -140,13 +139,8 @@ absl::StatusOr<std::unique_ptr<TreeAttention>> TreeAttention::Create(
   CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   // wgmma: sm_90a code, which the build holds for compute capability 9.0 (CMakeLists.txt).
   attention->wgmma_ = options.wgmma && major == 9 && d != 32;
-  if (attention->wgmma_) {
-    CUDA_RETURN_IF_ERROR((ConfigureKernel<kAttnSmallTileRows, true>(d, &small_per_sm)));
-    CUDA_RETURN_IF_ERROR((ConfigureKernel<kAttnMaxTileRows, true>(d, &large_per_sm)));
-  } else {
-    CUDA_RETURN_IF_ERROR((ConfigureKernel<kAttnSmallTileRows, false>(d, &small_per_sm)));
-    CUDA_RETURN_IF_ERROR((ConfigureKernel<kAttnMaxTileRows, false>(d, &large_per_sm)));
-  }
+  CUDA_RETURN_IF_ERROR(ConfigureKernel(d, kAttnSmallTileRows, attention->wgmma_, &small_per_sm));
+  CUDA_RETURN_IF_ERROR(ConfigureKernel(d, kAttnMaxTileRows, attention->wgmma_, &large_per_sm));
   CUDA_RETURN_IF_ERROR(ConfigureMergeKernel(d));
   auto target = [&](int resident) {
     resident = std::max(1, resident);
@@ -272,15 +266,11 @@ cudaError_t TreeAttention::Run(const KvLayerView& layer, const __nv_bfloat16* q,
   args.q_head_shift = options_.heads.q_head_shift;
   args.scale_log2 = options_.scale * 1.4426950408889634f;
   const int ctas = std::max(static_cast<int>(plan_.items.size()), grid_capacity_);
-  const int d = options_.head_dim;
-  const bool pdl = options_.dependent_launch;
-  const bool large = plan_.tile_rows == kAttnMaxTileRows;
-  const cudaError_t launched =
-      wgmma_ ? (large ? Launch<kAttnMaxTileRows, true>(d, args, ctas, pdl, stream)
-                      : Launch<kAttnSmallTileRows, true>(d, args, ctas, pdl, stream))
-             : (large ? Launch<kAttnMaxTileRows, false>(d, args, ctas, pdl, stream)
-                      : Launch<kAttnSmallTileRows, false>(d, args, ctas, pdl, stream));
-  if (launched != cudaSuccess) return launched;
+  if (cudaError_t e = Launch(options_.head_dim, plan_.tile_rows, wgmma_, args, ctas,
+                             options_.dependent_launch, stream);
+      e != cudaSuccess) {
+    return e;
+  }
   // The merge launch: always under a graph capture (a later plan may need it), else only when
   // some split tile is not merged by its last CTA.
   const int merge_ctas = std::max(static_cast<int>(plan_.merges.size()), 2 * grid_capacity_);
