@@ -74,6 +74,29 @@ __device__ __forceinline__ void WaitForPriorGrid() {
 #endif
 }
 
+// Split work whose last CTA finishes it (the few-row GEMM's split-K sum): every thread of the CTA
+// calls this after its global writes of the CTA's share; the CTA counts itself in on `counter` and
+// every thread learns whether it was the last of `arrivals`. The barrier, then one release-acquire
+// atomic by thread 0, publishes the whole CTA's writes (a gpu-scope release is cumulative over what
+// the barrier ordered before it) and, in the last CTA, makes the other CTAs' writes visible to
+// every thread after the second barrier: one fence on one thread instead of a sequentially
+// consistent fence on every thread before and after. Also a barrier for shared memory: every warp
+// is past its earlier uses of it.
+__device__ __forceinline__ bool ArriveIsLast(int* counter, int arrivals) {
+  __shared__ int last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int before;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;\n"
+                 : "=r"(before)
+                 : "l"(counter)
+                 : "memory");
+    last = before == arrivals - 1;
+  }
+  __syncthreads();
+  return last != 0;
+}
+
 // silu(g) · u = g / (1 + exp(-g)) · u in fp32 with the full-precision expf: the arithmetic of
 // the CPU reference (SiluMul in cpu_ops.h), for every kernel that gates the MLP.
 __device__ __forceinline__ float SiluTimes(float g, float u) {

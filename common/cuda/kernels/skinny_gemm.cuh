@@ -127,7 +127,6 @@ template <int kTok, bool kGated, int kStages>
 __global__ void __launch_bounds__(kSkinnyThreads) SkinnyGemmKernel(const SkinnyGemmArgs a) {
   static_assert(kStages >= 3, "the pipeline needs three stages");
   extern __shared__ __align__(128) unsigned char smem[];
-  __shared__ int last;
   constexpr int kWBytes = kSkinnyRowsW * 128, kXBytes = kTok * 8 * 128, kTokRows = kTok * 8;
   const uint32_t w_base = SharedAddress(smem);
   const uint32_t x_base = w_base + kStages * kWBytes;
@@ -230,13 +229,8 @@ __global__ void __launch_bounds__(kSkinnyThreads) SkinnyGemmKernel(const SkinnyG
         }
       }
     }
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(a.counters + tile, 1) == a.splits - 1;
-    __syncthreads();
-    if (!last || khalf != 0) return;
-    __threadfence();
-    // Sum in split order (this CTA's own share from its registers: the same bits).
+    // The last CTA sums in split order (its own share from its registers: the same bits).
+    if (!ArriveIsLast(a.counters + tile, a.splits) || khalf != 0) return;
 #pragma unroll
     for (int t = 0; t < kTok; ++t) {
 #pragma unroll
