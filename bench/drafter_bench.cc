@@ -54,16 +54,20 @@ struct Result {
   double nodes_per_tree = 0;
   double tokens_per_step = 0;  // emitted per step (accepted + bonus) against the target text
   // In process with a draft model: time inside the model's Forward per step, its calls and
-  // rows per step (the rest of ms_per_step is the drafter's own host work).
+  // rows per step (the rest of ms_per_step is the drafter's own host work). The model's time
+  // includes ranking its rows' top-k: on its device, or on the host for "host top-k" rows.
   double forward_ms_per_step = 0, forwards_per_step = 0, rows_per_step = 0;
 };
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-// A CausalLm that passes every call on and times Forward (the draft model's share of a step).
+// A CausalLm that passes every call on and times Forward and ForwardTopK (the draft model's
+// share of a step). host_top_k ranks on the host from the full logits (CausalLm's default
+// ForwardTopK, the drafter's path before the device ranked them) for an A/B in one run.
 class TimedLm final : public CausalLm {
  public:
-  explicit TimedLm(std::unique_ptr<CausalLm> lm) : lm_(std::move(lm)) {}
+  TimedLm(std::unique_ptr<CausalLm> lm, bool host_top_k)
+      : lm_(std::move(lm)), host_top_k_(host_top_k) {}
   const ModelConfig& config() const override { return lm_->config(); }
   int tensor_parallel() const override { return lm_->tensor_parallel(); }
   std::string device() const override { return lm_->device(); }
@@ -77,6 +81,21 @@ class TimedLm final : public CausalLm {
     ++calls_;
     for (const SeqTree& s : batch) rows_ += static_cast<int64_t>(s.tokens.size()) - s.first_new;
     return logits;
+  }
+  absl::StatusOr<std::vector<std::vector<TokenLogProb>>> ForwardTopK(
+      absl::Span<const SeqTree> batch, int k, TopKRows rows) override {
+    const auto t0 = Clock::now();
+    if (host_top_k_) {
+      const Clock::duration forward_before = time_;
+      auto top = CausalLm::ForwardTopK(batch, k, rows);  // calls Forward above (counted there)
+      time_ = forward_before + (Clock::now() - t0);
+      return top;
+    }
+    auto top = lm_->ForwardTopK(batch, k, rows);
+    time_ += Clock::now() - t0;
+    ++calls_;
+    for (const SeqTree& s : batch) rows_ += static_cast<int64_t>(s.tokens.size()) - s.first_new;
+    return top;
   }
   void Commit(SeqId seq, int committed_len, absl::Span<const int> path) override {
     lm_->Commit(seq, committed_len, path);
@@ -92,6 +111,7 @@ class TimedLm final : public CausalLm {
 
  private:
   std::unique_ptr<CausalLm> lm_;
+  const bool host_top_k_;
   Clock::duration time_{};
   int64_t calls_ = 0, rows_ = 0;
 };
@@ -232,7 +252,7 @@ absl::Status Run() {
   std::vector<Result> results;
   auto add = [&](absl::StatusOr<Result> r) -> absl::Status {
     if (!r.ok()) return r.status();
-    std::printf("%-32s %8.3f ms/step  %5.1f nodes/tree  %5.2f tokens/step", r->name.c_str(),
+    std::printf("%-38s %8.3f ms/step  %5.1f nodes/tree  %5.2f tokens/step", r->name.c_str(),
                 r->ms_per_step, r->nodes_per_tree, r->tokens_per_step);
     if (r->forwards_per_step > 0) {
       std::printf("  (model Forward %.3f ms in %.1f calls, %.1f rows)", r->forward_ms_per_step,
@@ -255,12 +275,16 @@ absl::Status Run() {
     const char* name;
     DraftShape shape;
     int max_expand;
+    bool host_top_k;
   };
-  for (const Shape& shape : {Shape{"draft_model chain", DraftShape::kChain, 0},
-                             Shape{"draft_model tree (exact)", DraftShape::kTree, 0},
-                             Shape{"draft_model tree (expand<=4)", DraftShape::kTree, 4}}) {
+  for (const Shape& shape :
+       {Shape{"draft_model chain", DraftShape::kChain, 0, false},
+        Shape{"draft_model tree (exact)", DraftShape::kTree, 0, false},
+        Shape{"draft_model tree (expand<=4)", DraftShape::kTree, 4, false},
+        Shape{"draft_model chain, host top-k", DraftShape::kChain, 0, true},
+        Shape{"draft_model tree (exact), host top-k", DraftShape::kTree, 0, true}}) {
     ASSIGN_OR_RETURN(std::unique_ptr<CausalLm> lm, LoadModel(dir));
-    auto timed = std::make_unique<TimedLm>(std::move(lm));
+    auto timed = std::make_unique<TimedLm>(std::move(lm), shape.host_top_k);
     TimedLm* const timer = timed.get();
     DraftModelOptions options;
     options.shape = shape.shape;
@@ -302,8 +326,8 @@ absl::Status Run() {
           "\"tokens_per_step\": %.3f, \"forward_ms_per_step\": %.4f, "
           "\"forwards_per_step\": %.2f, \"rows_per_step\": %.2f}",
           i ? ", " : "", results[i].name, results[i].ms_per_step, results[i].nodes_per_tree,
-          results[i].tokens_per_step, results[i].forward_ms_per_step,
-          results[i].forwards_per_step, results[i].rows_per_step);
+          results[i].tokens_per_step, results[i].forward_ms_per_step, results[i].forwards_per_step,
+          results[i].rows_per_step);
     }
     out << "]}\n";
   }

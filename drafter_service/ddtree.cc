@@ -4,6 +4,8 @@
 #include <cmath>
 #include <utility>
 
+#include "common/model/top_k.h"
+
 namespace treespec {
 namespace {
 
@@ -27,9 +29,6 @@ bool PopsLater(const HeapEntry& a, const HeapEntry& b) {
 
 bool Draftable(float logprob) { return std::isfinite(logprob); }
 
-// Up to this k, TopK keeps a sorted list while scanning; beyond, it selects with nth_element.
-constexpr int kInsertionTopK = 32;
-
 }  // namespace
 
 PerDepthCandidates::PerDepthCandidates(std::vector<std::vector<Candidate>> ranked)
@@ -46,33 +45,7 @@ absl::Span<const Candidate> PerDepthCandidates::Children(int32_t key) const {
 
 std::vector<Candidate> PerDepthCandidates::TopK(absl::Span<const float> logprobs, int k) {
   std::vector<Candidate> top;
-  if (k <= 0) return top;
-  auto better = [](const Candidate& a, const Candidate& b) {
-    return a.logprob > b.logprob || (a.logprob == b.logprob && a.token < b.token);
-  };
-  if (k > kInsertionTopK) {
-    // Large k: select in O(V), then sort the k winners.
-    top.reserve(logprobs.size());
-    for (size_t i = 0; i < logprobs.size(); ++i) {
-      if (Draftable(logprobs[i])) top.push_back(Candidate{static_cast<int32_t>(i), logprobs[i], 0});
-    }
-    if (static_cast<int>(top.size()) > k) {
-      std::nth_element(top.begin(), top.begin() + k, top.end(), better);
-      top.resize(k);
-    }
-    std::sort(top.begin(), top.end(), better);
-    return top;
-  }
-  top.reserve(k + 1);
-  // Small k: one pass keeping the best k sorted; most entries lose against the k-th at once.
-  for (size_t i = 0; i < logprobs.size(); ++i) {
-    const float lp = logprobs[i];
-    if (!Draftable(lp)) continue;
-    if (static_cast<int>(top.size()) == k && !(lp > top.back().logprob)) continue;
-    Candidate c{static_cast<int32_t>(i), lp, 0};
-    top.insert(std::upper_bound(top.begin(), top.end(), c, better), c);
-    if (static_cast<int>(top.size()) > k) top.pop_back();
-  }
+  for (const TokenLogProb& t : TopKLogProbs(logprobs, k)) top.push_back({t.token, t.logprob, 0});
   return top;
 }
 

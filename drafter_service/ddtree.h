@@ -47,7 +47,7 @@ class PerDepthCandidates final : public CandidateSource {
   absl::Span<const Candidate> Children(int32_t key) const override;
 
   // Ranks one depth's distribution: the top `k` (token, logprob) pairs of `logprobs` [vocab],
-  // descending, lower token id first on ties.
+  // descending, lower token id first on ties (TopKLogProbs, common/model/top_k.h).
   static std::vector<Candidate> TopK(absl::Span<const float> logprobs, int k);
 
  private:

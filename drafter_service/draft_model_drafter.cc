@@ -16,8 +16,14 @@ namespace {
 // Logits buffers stay under 64 MiB whatever the vocabulary.
 constexpr int64_t kMaxLogitFloats = int64_t{1} << 24;
 
-int32_t Argmax(absl::Span<const float> row) {
-  return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+// The first k of a ranked list as DDTree candidates (keys are filled in by the tree).
+std::vector<Candidate> Ranked(absl::Span<const TokenLogProb> top, int k) {
+  std::vector<Candidate> out;
+  out.reserve(std::min<size_t>(k, top.size()));
+  for (size_t i = 0; i < top.size() && static_cast<int>(i) < k; ++i) {
+    out.push_back(Candidate{top[i].token, top[i].logprob, 0});
+  }
+  return out;
 }
 
 // Candidate prefixes of the tree mode: node 0 is the bonus; every expanded node carries the
@@ -55,14 +61,6 @@ class ExpandedTree final : public CandidateSource {
 
 }  // namespace
 
-void LogSoftmax(absl::Span<const float> logits, absl::Span<float> out) {
-  const float max = *std::max_element(logits.begin(), logits.end());
-  double sum = 0.0;
-  for (float x : logits) sum += std::exp(static_cast<double>(x - max));
-  const float lse = max + static_cast<float>(std::log(sum));
-  for (size_t i = 0; i < logits.size(); ++i) out[i] = logits[i] - lse;
-}
-
 DraftModelSession::DraftModelSession(std::shared_ptr<SharedCausalLm> lm,
                                      const DraftModelOptions& options)
     : lm_(std::move(lm)),
@@ -78,9 +76,10 @@ DraftModelSession::~DraftModelSession() {
   lm_->model->FreeSequence(seq_);
 }
 
-absl::StatusOr<std::vector<float>> DraftModelSession::Forward(const SeqTree& tree) {
+absl::StatusOr<std::vector<std::vector<TokenLogProb>>> DraftModelSession::ForwardTopK(
+    const SeqTree& tree, int k, TopKRows rows) {
   std::lock_guard<std::mutex> lock(lm_->mu);
-  return lm_->model->Forward(absl::MakeConstSpan(&tree, 1));
+  return lm_->model->ForwardTopK(absl::MakeConstSpan(&tree, 1), k, rows);
 }
 
 void DraftModelSession::TruncateToCommitted() {
@@ -106,10 +105,11 @@ absl::Status DraftModelSession::Append(absl::Span<const int32_t> tokens) {
            "no more drafts for this session",
            committed_len_ + static_cast<int>(tokens.size()), context_window_);
     out_of_window_ = true;
-    last_logprobs_.clear();
+    last_top_.clear();
     return absl::OkStatus();
   }
 
+  const int max_top_k = std::clamp(options_.max_top_k, 1, vocab_size_);
   const int chunk = static_cast<int>(std::clamp<int64_t>(
       std::min<int64_t>(options_.append_chunk, kMaxLogitFloats / vocab_size_), 1, 1 << 20));
   std::vector<int> path;
@@ -123,23 +123,18 @@ absl::Status DraftModelSession::Append(absl::Span<const int32_t> tokens) {
     std::iota(tree.parents.begin(), tree.parents.end(), -1);  // a chain
     path.resize(n);
     std::iota(path.begin(), path.end(), 0);
-    absl::StatusOr<std::vector<float>> logits;
+    absl::StatusOr<std::vector<std::vector<TokenLogProb>>> top;
     {
       std::lock_guard<std::mutex> lock(lm_->mu);
-      logits = lm_->model->Forward(absl::MakeConstSpan(&tree, 1));
-      if (logits.ok()) lm_->model->Commit(seq_, committed_len_, path);
+      top = lm_->model->ForwardTopK(absl::MakeConstSpan(&tree, 1), max_top_k, TopKRows::kLastNew);
+      if (top.ok()) lm_->model->Commit(seq_, committed_len_, path);
     }
-    if (!logits.ok()) {
+    if (!top.ok()) {
       broken_ = true;  // earlier chunks are committed: the cache no longer matches the context
-      return logits.status();
+      return top.status();
     }
     committed_len_ += n;
-    if (off + n == tokens.size()) {
-      last_logprobs_.resize(vocab_size_);
-      LogSoftmax(absl::MakeConstSpan(logits->data() + static_cast<int64_t>(n - 1) * vocab_size_,
-                                     vocab_size_),
-                 absl::MakeSpan(last_logprobs_));
-    }
+    if (off + n == tokens.size()) last_top_ = std::move(top->at(0));
   }
   return absl::OkStatus();
 }
@@ -149,7 +144,7 @@ absl::StatusOr<DraftedTree> DraftModelSession::Draft(const DraftLimits& limits) 
     return absl::FailedPreconditionError(
         "draft session lost its KV cache after an earlier error; open a new session");
   }
-  if (last_logprobs_.empty() || out_of_window_) return DraftedTree{};
+  if (last_top_.empty() || out_of_window_) return DraftedTree{};
   // A node at depth d sits at position committed_len + d - 1; only nodes above the deepest
   // level are forwarded, so depth may reach window - committed_len + 1.
   const int max_depth = std::min(limits.max_depth, context_window_ - committed_len_ + 1);
@@ -180,18 +175,19 @@ absl::StatusOr<DraftedTree> DraftModelSession::DraftChain(int budget, int max_de
   SeqTree chain;
   chain.seq = seq_;
   chain.committed_len = committed_len_;
-  std::vector<float> logprobs = last_logprobs_;
+  TokenLogProb best = last_top_[0];
   for (int d = 0; d < n; ++d) {
-    const int32_t token = Argmax(logprobs);
-    out.tokens.push_back(token);
+    out.tokens.push_back(best.token);
     out.parents.push_back(d - 1);
-    out.logprobs.push_back(logprobs[token]);
+    out.logprobs.push_back(best.logprob);
     if (d + 1 == n) break;
-    chain.tokens.push_back(token);
+    chain.tokens.push_back(best.token);
     chain.parents.push_back(d - 1);
     chain.first_new = d;  // nodes [0, d) are in the cache from the previous step
-    ASSIGN_OR_RETURN(std::vector<float> logits, Forward(chain));
-    LogSoftmax(logits, absl::MakeSpan(logprobs));
+    ASSIGN_OR_RETURN(const std::vector<std::vector<TokenLogProb>> top,
+                     ForwardTopK(chain, 1, TopKRows::kAllNew));
+    if (top[0].empty()) break;  // no finite log-prob: nothing to draft
+    best = top[0][0];
   }
   return out;
 }
@@ -200,13 +196,12 @@ absl::StatusOr<DraftedTree> DraftModelSession::DraftTree(int budget, int max_dep
   const int k = std::min(options_.top_k > 0 ? options_.top_k : budget, vocab_size_);
   const DraftLimits limits{budget, max_depth};
   ExpandedTree candidates;
-  candidates.SetChildren(0, PerDepthCandidates::TopK(last_logprobs_, k));
+  candidates.SetChildren(0, Ranked(last_top_, k));
 
   SeqTree forwarded;  // every expanded node, depth by depth
   forwarded.seq = seq_;
   forwarded.committed_len = committed_len_;
   std::vector<int32_t> keys, expand;
-  std::vector<float> logprobs(vocab_size_);
   for (int depth = 1; depth < max_depth; ++depth) {
     // A node outside the best-B tree of what is known now stays outside once more candidates
     // arrive, so only the selected nodes of the newest depth need their children.
@@ -229,12 +224,9 @@ absl::StatusOr<DraftedTree> DraftModelSession::DraftTree(int budget, int max_dep
       forwarded.tokens.push_back(node.token);
       forwarded.parents.push_back(candidates.node(node.parent).forward);  // -1 under the bonus
     }
-    ASSIGN_OR_RETURN(std::vector<float> logits, Forward(forwarded));
-    for (size_t r = 0; r < expand.size(); ++r) {
-      LogSoftmax(absl::MakeConstSpan(logits.data() + r * vocab_size_, vocab_size_),
-                 absl::MakeSpan(logprobs));
-      candidates.SetChildren(expand[r], PerDepthCandidates::TopK(logprobs, k));
-    }
+    ASSIGN_OR_RETURN(const std::vector<std::vector<TokenLogProb>> top,
+                     ForwardTopK(forwarded, k, TopKRows::kAllNew));
+    for (size_t r = 0; r < expand.size(); ++r) candidates.SetChildren(expand[r], Ranked(top[r], k));
   }
   return BuildDdTree(candidates, 0, limits);
 }

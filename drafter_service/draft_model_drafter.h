@@ -1,7 +1,9 @@
 // Draft-model drafter (DESIGN §4): a small causal LM with the target's tokenizer, shared by all
 // sessions of the drafter process. Each session keeps its context in the model's KV cache and
-// drafts either a greedy chain or a tree grown depth by depth (one batched Forward per depth)
-// and then DDTree-selected under the budget.
+// drafts either a greedy chain or a tree grown depth by depth (one batched forward per depth)
+// and then DDTree-selected under the budget. Every forward asks the model for the top-k
+// log-probs of its rows (CausalLm::ForwardTopK), so on a GPU the ranking runs on the device and
+// only k (token, log-prob) pairs per row cross PCIe, never a row of the vocabulary.
 #ifndef TREESPEC_DRAFTER_SERVICE_DRAFT_MODEL_DRAFTER_H_
 #define TREESPEC_DRAFTER_SERVICE_DRAFT_MODEL_DRAFTER_H_
 
@@ -23,6 +25,10 @@ struct DraftModelOptions {
   DraftShape shape = DraftShape::kTree;
   // Children kept per expanded node (tree mode); 0 = min(tree budget, vocab).
   int top_k = 0;
+  // Candidates kept of the context's last distribution between Append and Draft: the most any
+  // Draft may use (the service's largest tree budget). A larger budget or top_k gets at most
+  // this many children of the bonus token.
+  int max_top_k = 256;
   // Tree mode expands, at each depth, the nodes of that depth in the best tree known so far —
   // exact (the result is the best-first tree over the model's top-K children), but the first
   // depth always costs K rows. > 0 caps the rows per depth (the best nodes first): cheaper on
@@ -64,8 +70,9 @@ class DraftModelSession final : public DraftSession {
  private:
   absl::StatusOr<DraftedTree> DraftChain(int budget, int max_depth);
   absl::StatusOr<DraftedTree> DraftTree(int budget, int max_depth);
-  // Forward of `tree` under the model lock.
-  absl::StatusOr<std::vector<float>> Forward(const SeqTree& tree);
+  // ForwardTopK of `tree` under the model lock.
+  absl::StatusOr<std::vector<std::vector<TokenLogProb>>> ForwardTopK(const SeqTree& tree, int k,
+                                                                     TopKRows rows);
   void TruncateToCommitted();
 
   const std::shared_ptr<SharedCausalLm> lm_;
@@ -73,10 +80,11 @@ class DraftModelSession final : public DraftSession {
   const int vocab_size_;
   const int context_window_;  // the draft model's max positions
   SeqId seq_ = 0;
-  int committed_len_ = 0;             // tokens whose K/V are in the cache
-  bool out_of_window_ = false;        // the context outgrew the draft model: no more drafts
-  bool broken_ = false;               // an Append failed half-way: the cache no longer matches
-  std::vector<float> last_logprobs_;  // [vocab] log p(next | context); empty before any token
+  int committed_len_ = 0;       // tokens whose K/V are in the cache
+  bool out_of_window_ = false;  // the context outgrew the draft model: no more drafts
+  bool broken_ = false;         // an Append failed half-way: the cache no longer matches
+  // The top max_top_k of log p(next | context), ranked; empty before any token.
+  std::vector<TokenLogProb> last_top_;
 };
 
 class DraftModelDrafterFactory final : public DrafterFactory {
@@ -89,9 +97,6 @@ class DraftModelDrafterFactory final : public DrafterFactory {
   const std::shared_ptr<SharedCausalLm> lm_;
   const DraftModelOptions options_;
 };
-
-// log-softmax of one row of logits at temperature 1. [vocab] -> [vocab]
-void LogSoftmax(absl::Span<const float> logits, absl::Span<float> out);
 
 }  // namespace treespec
 

@@ -215,6 +215,27 @@ TEST_F(DraftModelDrafterTest, LimitsEmptyContextAndBadTokens) {
   EXPECT_THAT(std::string(bad.message()), ::testing::HasSubstr("token id 512 out of range"));
 }
 
+TEST_F(DraftModelDrafterTest, MaxTopKCapsTheChildrenOfTheBonus) {
+  DraftModelOptions options;
+  options.max_top_k = 2;
+  DraftModelDrafterFactory factory(MakeLm(config_, 7), options);
+  auto session = *factory.NewSession();
+  const std::vector<int32_t> context = RandomTokens(21, config_.vocab_size, 8);
+  ASSERT_TRUE(session->Append(context).ok());
+  const DraftedTree flat = *session->Draft(DraftLimits{16, 1});
+  const std::vector<Candidate> best =
+      PerDepthCandidates::TopK(CausalLogprobs(*reference_, context), 2);
+  ASSERT_EQ(flat.tokens.size(), 2u);  // the budget asks for 16
+  EXPECT_EQ(flat.tokens[0], best[0].token);
+  EXPECT_EQ(flat.tokens[1], best[1].token);
+  // Deeper levels are not capped: every node's children come from a forward of its own.
+  const DraftedTree deep = *session->Draft(DraftLimits{16, 8});
+  EXPECT_EQ(deep.tokens.size(), 16u);
+  int roots = 0;
+  for (int32_t p : deep.parents) roots += p == -1;
+  EXPECT_LE(roots, 2);
+}
+
 TEST_F(DraftModelDrafterTest, ContextWindowEndsDraftingGracefully) {
   auto factory = Factory(DraftShape::kTree);
   auto session = *factory->NewSession();

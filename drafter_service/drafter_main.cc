@@ -155,6 +155,7 @@ absl::Status Run() {
           absl::StrCat("--tree_mode must be tree or chain, got '", shape, "'"));
     }
     model_options.max_expand_per_depth = absl::GetFlag(FLAGS_expand_per_depth);
+    model_options.max_top_k = options.max_tree_budget;  // children of the bonus, at most
     if (model_options.max_expand_per_depth < 0) {
       return absl::InvalidArgumentError("--expand_per_depth must be >= 0");
     }

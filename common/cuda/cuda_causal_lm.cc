@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <numeric>
@@ -18,6 +19,7 @@
 #include "common/cuda/nccl_communicator.h"
 #include "common/cuda/peer_all_reduce.h"
 #include "common/cuda/pinned_buffer.h"
+#include "common/cuda/top_k_logprobs.h"
 #include "common/cuda/weight_source.h"
 #include "common/model/forward_batch.h"
 #include "common/model/kv_cache.h"
@@ -62,6 +64,8 @@ class CudaCausalLm final : public CausalLm {
   PagedKvCache& kv_cache() override { return cache_; }
 
   absl::StatusOr<std::vector<float>> Forward(absl::Span<const SeqTree> batch) override;
+  absl::StatusOr<std::vector<std::vector<TokenLogProb>>> ForwardTopK(
+      absl::Span<const SeqTree> batch, int k, TopKRows rows) override;
   void Commit(SeqId seq, int committed_len, absl::Span<const int> path) override;
   absl::StatusOr<std::vector<StepResult>> VerifyStep(absl::Span<const SeqTree> batch,
                                                      absl::Span<const StepSpec> specs) override;
@@ -203,6 +207,65 @@ absl::StatusOr<std::vector<float>> CudaCausalLm::Forward(absl::Span<const SeqTre
         return absl::OkStatus();
       }));
   return logits;
+}
+
+// The drafter's forward: the chosen rows are ranked on rank 0's GPU (after the all-gather of the
+// logits under tp > 1) and only k (token, log-prob) pairs per row are copied back.
+absl::StatusOr<std::vector<std::vector<TokenLogProb>>> CudaCausalLm::ForwardTopK(
+    absl::Span<const SeqTree> batch, int k, TopKRows rows) {
+  const int vocab = config_.vocab_size;
+  if (k >= 1) k = std::min(k, vocab);
+  if (k < 1 || k > kMaxTopKLogProbs || vocab > kMaxChooseVocab) {
+    return CausalLm::ForwardTopK(batch, k, rows);  // the error, or the host path
+  }
+  ASSIGN_OR_RETURN(const std::vector<std::vector<int32_t>> depths, PrepareBatch(batch));
+  std::vector<char> wanted;  // [new rows in batch order]
+  for (const SeqTree& s : batch) {
+    const int n = static_cast<int>(s.tokens.size()) - s.first_new;
+    for (int r = 0; r < n; ++r) wanted.push_back(rows == TopKRows::kAllNew || r + 1 == n);
+  }
+  std::vector<int> order(batch.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::vector<std::vector<TokenLogProb>> out;
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  RETURN_IF_ERROR(RunChunks(
+      batch, order, depths, [&](ModelShard& shard, int row0, int chunk_rows) -> absl::Status {
+        ASSIGN_OR_RETURN(const float* full, shard.FullLogits(chunk_rows));
+        if (&shard != shards_[0].get()) return absl::OkStatus();
+        int slots = 0;  // runs of wanted rows, each ranked by one launch
+        for (int r = 0; r < chunk_rows;) {
+          if (!wanted[row0 + r]) {
+            ++r;
+            continue;
+          }
+          int end = r;
+          while (end < chunk_rows && wanted[row0 + end]) ++end;
+          RETURN_IF_ERROR(shard.RankTopK(full, r, end - r, k, slots));
+          slots += end - r;
+          r = end;
+        }
+        if (slots == 0) return absl::OkStatus();
+        const size_t n = static_cast<size_t>(slots) * k;
+        tokens.resize(n);
+        logprobs.resize(n);
+        CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(tokens.data(), shard.top_tokens(), n * sizeof(int32_t),
+                                             cudaMemcpyDeviceToHost, shard.stream()));
+        CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logprobs.data(), shard.top_logprobs(),
+                                             n * sizeof(float), cudaMemcpyDeviceToHost,
+                                             shard.stream()));
+        CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(shard.stream()));  // the buffers are reused
+        for (int j = 0; j < slots; ++j) {
+          std::vector<TokenLogProb>& ranked = out.emplace_back();
+          // Non-finite log-probs rank last: the list ends at the first one.
+          for (int i = 0; i < k && std::isfinite(logprobs[static_cast<size_t>(j) * k + i]); ++i) {
+            ranked.push_back(
+                {tokens[static_cast<size_t>(j) * k + i], logprobs[static_cast<size_t>(j) * k + i]});
+          }
+        }
+        return absl::OkStatus();
+      }));
+  return out;
 }
 
 // The verify step on the devices: the forward, the choice at every row, the walk and the KV

@@ -462,5 +462,68 @@ TEST(CudaCausalLmTest, BadBatchesAreRefusedLikeTheCpu) {
   EXPECT_EQ(short_list.status().code(), absl::StatusCode::kInvalidArgument) << short_list.status();
 }
 
+// ForwardTopK ranks on the device what the host path (CausalLm::ForwardTopK: Forward, then
+// LogSoftmax + TopKLogProbs) ranks from the same GPU logits: the same tokens, log-probs to float
+// rounding; every new row or the last of each entry; chunks (max_rows 3) that cut entries and
+// runs of wanted rows; k above the device limit falls back to the host path.
+TEST(CudaCausalLmTest, DeviceTopKEqualsHostRanking) {
+  SKIP_WITHOUT_GPU();
+  ModelConfig config = testing::TinyTargetConfig();
+  config.num_layers = 2;
+  for (int max_rows : {2048, 3}) {
+    SCOPED_TRACE(::testing::Message() << "max_rows " << max_rows);
+    Pair p = Build(config, Random(config, 21), max_rows);
+    ASSERT_TRUE(p.gpu);
+    CausalLm& gpu = *p.gpu;
+    std::mt19937 rng(4);
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 7; ++i) prompt.push_back(static_cast<int32_t>(rng() % config.vocab_size));
+    std::vector<SeqTree> batch = {Chain(gpu.CreateSequence(), 0, prompt),
+                                  RandomTree(gpu.CreateSequence(), 0, 6, config.vocab_size, rng)};
+    SeqTree first = batch[1];  // the tree's first two nodes come from an earlier forward
+    first.tokens.resize(2);
+    first.parents.resize(2);
+    ASSERT_TRUE(gpu.Forward({first}).ok());
+    batch[1].first_new = 2;
+    int entries = 0, swaps = 0;
+    for (const auto& [k, rows] :
+         {std::pair{16, TopKRows::kAllNew}, std::pair{1, TopKRows::kAllNew},
+          std::pair{1000, TopKRows::kLastNew}, std::pair{5000, TopKRows::kLastNew}}) {
+      SCOPED_TRACE(::testing::Message() << "k " << k);
+      auto device = gpu.ForwardTopK(batch, k, rows);
+      auto host = gpu.CausalLm::ForwardTopK(batch, k, rows);
+      ASSERT_TRUE(device.ok() && host.ok()) << device.status() << " " << host.status();
+      ASSERT_EQ(device->size(), rows == TopKRows::kAllNew ? 11u : 2u);
+      ASSERT_EQ(device->size(), host->size());
+      for (size_t r = 0; r < host->size(); ++r) {
+        const std::vector<TokenLogProb>& a = (*host)[r];
+        const std::vector<TokenLogProb>& b = (*device)[r];
+        ASSERT_EQ(a.size(), std::min<size_t>(k, config.vocab_size)) << "row " << r;
+        ASSERT_EQ(b.size(), a.size()) << "row " << r;
+        for (size_t j = 0; j < a.size(); ++j) {
+          const double tol = 1e-5 * (1 + std::fabs(a[j].logprob));
+          ASSERT_NEAR(b[j].logprob, a[j].logprob, tol) << "row " << r << " rank " << j;
+          ++entries;
+          if (b[j].token == a[j].token) continue;
+          // Only a tie within the lse's ulp may swap: the host ranks the device's token at a
+          // log-prob that close (or just past its list).
+          ++swaps;
+          const auto at = std::find_if(
+              a.begin(), a.end(), [&](const TokenLogProb& t) { return t.token == b[j].token; });
+          ASSERT_TRUE(at == a.end() ? j + 3 >= a.size()
+                                    : std::fabs(at->logprob - a[j].logprob) <= 2 * tol)
+              << "row " << r << " rank " << j << ": token " << b[j].token
+              << " where the host ranks " << a[j].token;
+        }
+      }
+    }
+    std::cerr << "device top-k: " << swaps << " of " << entries
+              << " ranked entries swapped at ulp-level ties\n";
+    EXPECT_LE(swaps, entries / 50);
+    EXPECT_EQ(gpu.ForwardTopK(batch, 0, TopKRows::kAllNew).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
+
 }  // namespace
 }  // namespace treespec::gpu

@@ -12,6 +12,7 @@
 #include "common/cuda/kv_write.h"
 #include "common/cuda/rms_norm.h"
 #include "common/cuda/silu_mul.h"
+#include "common/cuda/top_k_logprobs.h"
 #include "common/cuda/tree_walk.h"
 #include "common/util/status_macros.h"
 
@@ -219,6 +220,10 @@ absl::Status ModelShard::Init(const TensorSource& source) {
   ASSIGN_OR_RETURN(step_in_, DeviceBuffer<unsigned char>::Create(options_.step_bytes));
   ASSIGN_OR_RETURN(choice_, DeviceBuffer<int32_t>::Create(options_.step_rows));
   ASSIGN_OR_RETURN(step_out_, DeviceBuffer<int32_t>::Create(options_.step_out_ints));
+  if (options_.rank == 0) {  // RankTopK runs on rank 0 only
+    ASSIGN_OR_RETURN(top_tokens_, DeviceBuffer<int32_t>::Create(r * kMaxTopKLogProbs));
+    ASSIGN_OR_RETURN(top_logprobs_, DeviceBuffer<float>::Create(r * kMaxTopKLogProbs));
+  }
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   return absl::OkStatus();
 }
@@ -441,6 +446,19 @@ absl::Status ModelShard::Choose(int row0, int rows, const StepLayout& layout, bo
   CUDA_RETURN_IF_ERROR(
       LaunchChooseToken(logits, rows, config_.vocab_size, params + row0, choice, stream_));
   Mark(ShardOp::kChoose);
+  return absl::OkStatus();
+}
+
+absl::Status ModelShard::RankTopK(const float* logits, int first, int rows, int k, int slot) {
+  if (top_tokens_.data() == nullptr || k < 1 || k > kMaxTopKLogProbs || first < 0 || slot < 0 ||
+      static_cast<size_t>(slot + rows) * k > top_tokens_.size()) {
+    return absl::InternalError(absl::StrCat("RankTopK: rows [", first, ", +", rows, ") into slot ",
+                                            slot, " with k ", k, " on rank ", options_.rank));
+  }
+  const size_t at = static_cast<size_t>(slot) * k;
+  CUDA_RETURN_IF_ERROR(LaunchTopKLogProbs(logits + static_cast<size_t>(first) * config_.vocab_size,
+                                          rows, config_.vocab_size, k, top_tokens_.data() + at,
+                                          top_logprobs_.data() + at, stream_));
   return absl::OkStatus();
 }
 

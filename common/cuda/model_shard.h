@@ -125,6 +125,13 @@ class ModelShard {
   // same choices, so every rank can walk and commit its own KV heads.
   absl::Status Choose(int row0, int rows, const StepLayout& layout, bool all_greedy);
 
+  // Rank 0, drafting: rows [first, first + rows) of `logits` ([rows, vocab], FullLogits) ranked
+  // into rows [slot, slot + rows) of top_tokens() / top_logprobs() ([rows, k] each, slot + rows
+  // <= max_rows): their top-k log-probs (LaunchTopKLogProbs, k <= kMaxTopKLogProbs).
+  absl::Status RankTopK(const float* logits, int first, int rows, int k, int slot);
+  const int32_t* top_tokens() const { return top_tokens_.data(); }
+  const float* top_logprobs() const { return top_logprobs_.data(); }
+
   // Copies `bytes` of pinned host memory into step_in().
   absl::Status UploadStep(const void* host, size_t bytes);
   // The accept walk over the packed trees and the KV commit of the accepted paths (all layers,
@@ -198,6 +205,8 @@ class ModelShard {
   DeviceBuffer<unsigned char> step_in_;       // verify-step inputs (StepLayout)
   DeviceBuffer<int32_t> choice_;              // [step_rows]
   DeviceBuffer<int32_t> step_out_;            // walk outputs
+  DeviceBuffer<int32_t> top_tokens_;          // rank 0: [max_rows, kMaxTopKLogProbs] RankTopK
+  DeviceBuffer<float> top_logprobs_;          // rank 0: the same shape
 
   // CUDA graphs (tp == 1): per attention tile size (64-row tiles first) and bucket of rows
   // (GraphBucketOf in model_shard.cc), the graph of Layers(rows) and the attention grid it was

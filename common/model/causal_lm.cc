@@ -9,6 +9,27 @@
 
 namespace treespec {
 
+absl::StatusOr<std::vector<std::vector<TokenLogProb>>> CausalLm::ForwardTopK(
+    absl::Span<const SeqTree> batch, int k, TopKRows rows) {
+  if (k < 1) return absl::InvalidArgumentError(absl::StrCat("ForwardTopK: k ", k, " < 1"));
+  absl::StatusOr<std::vector<float>> logits = Forward(batch);
+  if (!logits.ok()) return logits.status();
+  const size_t vocab = config().vocab_size;
+  std::vector<float> logprobs(vocab);
+  std::vector<std::vector<TokenLogProb>> out;
+  size_t row = 0;
+  for (const SeqTree& t : batch) {
+    const size_t n = t.tokens.size() - t.first_new;
+    for (size_t r = rows == TopKRows::kLastNew && n > 0 ? n - 1 : 0; r < n; ++r) {
+      LogSoftmax(absl::MakeConstSpan(logits->data() + (row + r) * vocab, vocab),
+                 absl::MakeSpan(logprobs));
+      out.push_back(TopKLogProbs(logprobs, k));
+    }
+    row += n;
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<StepResult>> CausalLm::VerifyStep(absl::Span<const SeqTree> batch,
                                                              absl::Span<const StepSpec> specs) {
   if (specs.size() != batch.size()) {

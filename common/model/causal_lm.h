@@ -13,6 +13,7 @@
 #include "common/model/config.h"
 #include "common/model/kv_cache.h"
 #include "common/model/sampling.h"
+#include "common/model/top_k.h"
 
 namespace treespec {
 
@@ -37,6 +38,10 @@ struct LmOptions {
   int kv_page_size = 16;
   int max_batch = 16;  // used to size the default KV pool
 };
+
+// Which rows ForwardTopK reduces: every new row (Forward's rows), or only the last new row of
+// each batch entry (a drafter appending a chunk of context needs just its last distribution).
+enum class TopKRows { kAllNew, kLastNew };
 
 // How VerifyStep treats one batch entry.
 struct StepSpec {
@@ -73,6 +78,14 @@ class CausalLm {
   // trees or token ids outside [0, vocab).
   // Rows are batch-invariant: a node's logits do not depend on the rest of the batch.
   virtual absl::StatusOr<std::vector<float>> Forward(absl::Span<const SeqTree> batch) = 0;
+
+  // Forward, reduced on the backend to what a drafter reads: for each selected row (`rows`, in
+  // batch order), its top min(k, vocab) next-token log-probs at temperature 1 as TopKLogProbs
+  // (top_k.h) ranks them: descending, lower id first on ties, finite only. Only these pairs
+  // leave the backend. INVALID_ARGUMENT for k < 1, else as Forward. The default runs Forward
+  // and ranks on the host (the reference); the GPU backend ranks on the device.
+  virtual absl::StatusOr<std::vector<std::vector<TokenLogProb>>> ForwardTopK(
+      absl::Span<const SeqTree> batch, int k, TopKRows rows);
 
   // Keeps the accepted path (DESIGN §3 step 5): `path` = [0, c1, ..., ck] node indices of the
   // last Forward for `seq` (node 0 must be the single root); afterwards the committed length is

@@ -8,6 +8,7 @@ add_library(treespec_model
   ${CMAKE_CURRENT_LIST_DIR}/forward_batch.cc
   ${CMAKE_CURRENT_LIST_DIR}/kv_cache.cc
   ${CMAKE_CURRENT_LIST_DIR}/sampling.cc
+  ${CMAKE_CURRENT_LIST_DIR}/top_k.cc
   ${CMAKE_CURRENT_LIST_DIR}/tp_plan.cc
   ${CMAKE_CURRENT_LIST_DIR}/tp_shard.cc
   ${CMAKE_CURRENT_LIST_DIR}/tree_attention.cc)
@@ -32,7 +33,7 @@ endif()
 foreach(t cpu_ops_test kv_cache_test communicator_test tp_plan_test sampling_test)
   treespec_add_test(NAME ${t} SOURCES ${CMAKE_CURRENT_LIST_DIR}/${t}.cc LIBS treespec_model)
 endforeach()
-foreach(t tree_attention_test cpu_causal_lm_test)
+foreach(t tree_attention_test cpu_causal_lm_test top_k_test)
   treespec_add_test(NAME ${t} SOURCES ${CMAKE_CURRENT_LIST_DIR}/${t}.cc
     LIBS treespec_model treespec_tree)
 endforeach()

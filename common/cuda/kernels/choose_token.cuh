@@ -154,9 +154,11 @@ __global__ void __launch_bounds__(kThreads)
 
 // One thread per row; see LaunchArgmaxCombine.
 //   max_in, idx_in [ranks, rows], tokens [rows]
-__global__ void ArgmaxCombineKernel(const float* __restrict__ max_in,
-                                    const int32_t* __restrict__ idx_in, int ranks, int rows,
-                                    int32_t* __restrict__ tokens) {
+// static: this header's device helpers are shared with other ops' kernels
+// (top_k_logprobs.cuh), so its plain kernels get one copy per translation unit.
+static __global__ void ArgmaxCombineKernel(const float* __restrict__ max_in,
+                                           const int32_t* __restrict__ idx_in, int ranks, int rows,
+                                           int32_t* __restrict__ tokens) {
   const int row = blockIdx.x * blockDim.x + threadIdx.x;
   if (row >= rows) return;
   ArgmaxPair best{-INFINITY, kNoIndex};
@@ -534,9 +536,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // out[i] = UniformAt(seeds[i], positions[i]); one thread per element.
-__global__ void UniformAtKernel(const uint64_t* __restrict__ seeds,
-                                const int64_t* __restrict__ positions, int n,
-                                double* __restrict__ out) {
+static __global__ void UniformAtKernel(const uint64_t* __restrict__ seeds,
+                                       const int64_t* __restrict__ positions, int n,
+                                       double* __restrict__ out) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) out[i] = UniformAt(seeds[i], positions[i]);
 }
