@@ -1,14 +1,15 @@
 // treespec-drafter-bench: drafting latency per step, in process and over gRPC on loopback.
 //
 //   treespec-drafter-bench [--draft_model=DIR] [--device=cpu] [--context=512] [--steps=50]
-//                          [--json=out.json]
+//                          [--sessions=16] [--json=out.json]
 //
-// Per step = one Append of the emitted tokens plus one Draft, as the service does for a Commit;
+// Per step = one AppendAndDraft of the emitted tokens, as the service does for a Commit;
 // the emitted tokens come from walking the previous tree along a synthetic repetitive text.
 // Without --draft_model a random model of the embedded draft's shape (2 layers x 128, vocab
 // 4096) is written to a temporary directory; --init_std sets how peaked it is.
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -17,6 +18,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -41,6 +43,7 @@ ABSL_FLAG(int, context, 512, "prompt tokens before the first step");
 ABSL_FLAG(int, steps, 50, "measured steps per configuration");
 ABSL_FLAG(int, tree_budget, 16, "drafted nodes per tree");
 ABSL_FLAG(int, max_depth, 8, "deepest drafted node");
+ABSL_FLAG(int, sessions, 16, "sessions drafting at once in the concurrent rows (0: none)");
 ABSL_FLAG(std::string, json, "", "also write the results here as JSON");
 
 namespace treespec {
@@ -177,14 +180,69 @@ absl::StatusOr<Result> InProcess(const std::string& name, DrafterFactory& factor
     pos += static_cast<int64_t>(emitted.size());
     emitted_total += static_cast<int64_t>(emitted.size());
     const auto t0 = Clock::now();
-    RETURN_IF_ERROR(session->Append(emitted));
-    ASSIGN_OR_RETURN(tree, session->Draft(limits));
+    ASSIGN_OR_RETURN(tree, session->AppendAndDraft(emitted, limits));
     total += Clock::now() - t0;
     nodes += static_cast<int64_t>(tree.tokens.size());
   }
   if (timed != nullptr) timed->Take(&forward, &calls, &rows);
   Result r{name, Ms(total) / steps, static_cast<double>(nodes) / steps,
            static_cast<double>(emitted_total) / steps};
+  r.forward_ms_per_step = Ms(forward) / steps;
+  r.forwards_per_step = static_cast<double>(calls) / steps;
+  r.rows_per_step = static_cast<double>(rows) / steps;
+  return r;
+}
+
+// `sessions` sessions stepping at once, each on its own thread as the service's pool runs
+// them: ms_per_step is the wall time of a step of every session (one round of the verifier's
+// batch), so sessions / ms_per_step is trees per millisecond.
+absl::StatusOr<Result> Concurrent(const std::string& name, DrafterFactory& factory, int vocab,
+                                  int sessions, TimedLm* timed) {
+  const TargetText text(vocab, 1);
+  const int64_t context = absl::GetFlag(FLAGS_context);
+  const DraftLimits limits{absl::GetFlag(FLAGS_tree_budget), absl::GetFlag(FLAGS_max_depth)};
+  const int steps = absl::GetFlag(FLAGS_steps);
+  std::vector<std::unique_ptr<DraftSession>> open(sessions);
+  for (auto& session : open) {
+    ASSIGN_OR_RETURN(session, factory.NewSession());
+    RETURN_IF_ERROR(session->Append(text.Range(0, context)));
+  }
+  std::vector<absl::Status> status(sessions);
+  std::vector<int64_t> nodes(sessions, 0), emitted(sessions, 0);
+  Clock::duration forward{}, unused{};
+  int64_t calls = 0, rows = 0, unused_count = 0;
+  timed->Take(&unused, &unused_count, &unused_count);  // the prompts
+  const auto t0 = Clock::now();
+  std::vector<std::thread> threads;
+  for (int i = 0; i < sessions; ++i) {
+    threads.emplace_back([&, i] {
+      int64_t pos = context;
+      DraftedTree tree;
+      for (int s = 0; s < steps && status[i].ok(); ++s) {
+        const std::vector<int32_t> e = Emit(text, pos, tree.tokens, tree.parents);
+        pos += static_cast<int64_t>(e.size());
+        emitted[i] += static_cast<int64_t>(e.size());
+        absl::StatusOr<DraftedTree> next = open[i]->AppendAndDraft(e, limits);
+        if (!next.ok()) {
+          status[i] = next.status();
+          break;
+        }
+        tree = *std::move(next);
+        nodes[i] += static_cast<int64_t>(tree.tokens.size());
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const Clock::duration total = Clock::now() - t0;
+  for (const absl::Status& s : status) RETURN_IF_ERROR(s);
+  int64_t all_nodes = 0, all_emitted = 0;
+  for (int i = 0; i < sessions; ++i) {
+    all_nodes += nodes[i];
+    all_emitted += emitted[i];
+  }
+  const double per = static_cast<double>(sessions) * steps;
+  timed->Take(&forward, &calls, &rows);
+  Result r{name, Ms(total) / steps, all_nodes / per, all_emitted / per};
   r.forward_ms_per_step = Ms(forward) / steps;
   r.forwards_per_step = static_cast<double>(calls) / steps;
   r.rows_per_step = static_cast<double>(rows) / steps;
@@ -233,7 +291,7 @@ absl::StatusOr<Result> OverGrpc(const std::string& name, v1::Drafter::Stub& stub
 
 absl::StatusOr<std::unique_ptr<CausalLm>> LoadModel(const std::string& dir) {
   LmOptions options;
-  options.max_batch = 4;
+  options.max_batch = std::max(4, absl::GetFlag(FLAGS_sessions));  // KV pool: every session
   return LoadCausalLm(dir, absl::GetFlag(FLAGS_device), options);
 }
 
@@ -291,6 +349,17 @@ absl::Status Run() {
     options.max_expand_per_depth = shape.max_expand;
     DraftModelDrafterFactory factory(std::move(timed), options);
     RETURN_IF_ERROR(add(InProcess(shape.name, factory, vocab, timer)));
+  }
+
+  // Many sessions at once: their forwards share the batcher's rounds.
+  if (const int sessions = absl::GetFlag(FLAGS_sessions); sessions > 0) {
+    ASSIGN_OR_RETURN(std::unique_ptr<CausalLm> lm, LoadModel(dir));
+    auto timed = std::make_unique<TimedLm>(std::move(lm), false);
+    TimedLm* const timer = timed.get();
+    DraftModelDrafterFactory factory(std::move(timed), DraftModelOptions{});
+    RETURN_IF_ERROR(
+        add(Concurrent(absl::StrCat("draft_model tree (exact), ", sessions, " sessions"), factory,
+                       vocab, sessions, timer)));
   }
 
   // The same through the service on loopback.

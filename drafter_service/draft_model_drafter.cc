@@ -15,6 +15,8 @@ namespace {
 
 // Logits buffers stay under 64 MiB whatever the vocabulary.
 constexpr int64_t kMaxLogitFloats = int64_t{1} << 24;
+// Appends of at most this many tokens rank all their rows (see AppendJob).
+constexpr int kRankAllRows = 16;
 
 // The first k of a ranked list as DDTree candidates (keys are filled in by the tree).
 std::vector<Candidate> Ranked(absl::Span<const TokenLogProb> top, int k) {
@@ -61,44 +63,232 @@ class ExpandedTree final : public CandidateSource {
 
 }  // namespace
 
-DraftModelSession::DraftModelSession(std::shared_ptr<SharedCausalLm> lm,
+// Forwards the tokens as a chain in chunks, committing each; the last chunk's last row is the
+// context's next-token distribution.
+class DraftModelSession::AppendJob final : public DraftJob {
+ public:
+  AppendJob(DraftModelSession& s, absl::Span<const int32_t> tokens) : s_(s), tokens_(tokens) {
+    chunk_ = static_cast<int>(std::clamp<int64_t>(
+        std::min<int64_t>(s.options_.append_chunk, kMaxLogitFloats / s.vocab_size_), 1, 1 << 20));
+  }
+  bool NextForward(SeqTree* tree, int* k, TopKRows* rows) override {
+    if (off_ >= tokens_.size()) return false;
+    n_ = static_cast<int>(std::min<size_t>(chunk_, tokens_.size() - off_));
+    tree->seq = s_.seq_;
+    tree->committed_len = s_.committed_len_;
+    tree->tokens.assign(tokens_.begin() + off_, tokens_.begin() + off_ + n_);
+    tree->parents.resize(n_);
+    std::iota(tree->parents.begin(), tree->parents.end(), -1);  // a chain
+    *k = std::clamp(s_.options_.max_top_k, 1, s_.vocab_size_);
+    // A commit's few tokens rank every row, as tree expansions do, so the batcher runs them in
+    // the same forward (one per round); a prompt's chunk ranks only its last row.
+    *rows = n_ <= kRankAllRows ? TopKRows::kAllNew : TopKRows::kLastNew;
+    return true;
+  }
+  absl::Status OnForward(CausalLm& model, std::vector<std::vector<TokenLogProb>> ranked) override {
+    std::vector<int> path(n_);
+    std::iota(path.begin(), path.end(), 0);
+    model.Commit(s_.seq_, s_.committed_len_, path);
+    s_.committed_len_ += n_;
+    off_ += n_;
+    if (off_ == tokens_.size()) s_.last_top_ = std::move(ranked.back());
+    return absl::OkStatus();
+  }
+
+ private:
+  DraftModelSession& s_;
+  const absl::Span<const int32_t> tokens_;
+  int chunk_ = 1, n_ = 0;
+  size_t off_ = 0;
+};
+
+// The tree mode: depth by depth, the nodes of the newest depth in the best tree known so far
+// get their children from one forward; the result is the best tree over all candidates.
+class DraftModelSession::TreeJob final : public DraftJob {
+ public:
+  TreeJob(DraftModelSession& s, const DraftLimits& limits) : s_(s), limits_(limits) {}
+  bool NextForward(SeqTree* tree, int* k, TopKRows* rows) override {
+    if (!started_) Start();
+    if (done_) return false;
+    if (depth_ >= limits_.max_depth) return Finish();
+    // A node outside the best-B tree of what is known now stays outside once more candidates
+    // arrive, so only the selected nodes of the newest depth need their children.
+    BuildDdTree(candidates_, 0, limits_, &keys_);
+    expand_.clear();
+    // The model holds the forwarded nodes in slots [L, L + n) of the window: near its end,
+    // expand only the best (first popped) nodes that still fit. Same for the optional cap.
+    int room = s_.context_window_ - s_.committed_len_ - static_cast<int>(forwarded_.tokens.size());
+    if (s_.options_.max_expand_per_depth > 0) {
+      room = std::min(room, s_.options_.max_expand_per_depth);
+    }
+    for (int32_t key : keys_) {
+      if (candidates_.node(key).depth != depth_) continue;
+      if (static_cast<int>(expand_.size()) == room) break;
+      expand_.push_back(key);
+    }
+    if (expand_.empty()) return Finish();
+    forwarded_.first_new = static_cast<int>(forwarded_.tokens.size());
+    for (int32_t key : expand_) {
+      ExpandedTree::Node& node = candidates_.node(key);
+      node.forward = static_cast<int32_t>(forwarded_.tokens.size());
+      forwarded_.tokens.push_back(node.token);
+      forwarded_.parents.push_back(candidates_.node(node.parent).forward);  // -1: the bonus
+    }
+    *tree = forwarded_;
+    *k = k_;
+    *rows = TopKRows::kAllNew;
+    return true;
+  }
+  absl::Status OnForward(CausalLm&, std::vector<std::vector<TokenLogProb>> ranked) override {
+    for (size_t r = 0; r < expand_.size(); ++r) {
+      candidates_.SetChildren(expand_[r], Ranked(ranked.at(r), k_));
+    }
+    ++depth_;
+    return absl::OkStatus();
+  }
+  void OnEnd(CausalLm& model, const absl::Status&) override {
+    model.Truncate(s_.seq_, s_.committed_len_);  // the draft's K/V
+  }
+  DraftedTree& result() { return result_; }
+
+ private:
+  void Start() {
+    started_ = true;
+    limits_.max_depth = s_.DraftableDepth(limits_.max_depth);
+    if (limits_.tree_budget <= 0 || limits_.max_depth <= 0 || s_.last_top_.empty()) {
+      done_ = true;
+      return;
+    }
+    k_ = std::min(s_.options_.top_k > 0 ? s_.options_.top_k : limits_.tree_budget, s_.vocab_size_);
+    candidates_.SetChildren(0, Ranked(s_.last_top_, k_));
+    forwarded_.seq = s_.seq_;
+    forwarded_.committed_len = s_.committed_len_;
+  }
+  bool Finish() {
+    result_ = BuildDdTree(candidates_, 0, limits_);
+    done_ = true;
+    return false;
+  }
+
+  DraftModelSession& s_;
+  DraftLimits limits_;
+  bool started_ = false, done_ = false;
+  int k_ = 1, depth_ = 1;
+  ExpandedTree candidates_;
+  SeqTree forwarded_;  // every expanded node, depth by depth
+  std::vector<int32_t> keys_, expand_;
+  DraftedTree result_;
+};
+
+// The chain mode: greedy, one forward per drafted token but the last.
+class DraftModelSession::ChainJob final : public DraftJob {
+ public:
+  ChainJob(DraftModelSession& s, const DraftLimits& limits) : s_(s), limits_(limits) {}
+  bool NextForward(SeqTree* tree, int* k, TopKRows* rows) override {
+    if (!started_) {
+      started_ = true;
+      n_ = std::min(limits_.tree_budget, s_.DraftableDepth(limits_.max_depth));
+      if (n_ <= 0 || s_.last_top_.empty()) return false;
+      best_ = s_.last_top_[0];
+      chain_.seq = s_.seq_;
+      chain_.committed_len = s_.committed_len_;
+    }
+    if (n_ <= 0 || stopped_) return false;
+    const int d = static_cast<int>(result_.tokens.size());
+    result_.tokens.push_back(best_.token);
+    result_.parents.push_back(d - 1);
+    result_.logprobs.push_back(best_.logprob);
+    if (d + 1 == n_) return false;
+    chain_.tokens.push_back(best_.token);
+    chain_.parents.push_back(d - 1);
+    chain_.first_new = d;  // nodes [0, d) are in the cache from the previous forward
+    *tree = chain_;
+    *k = 1;
+    *rows = TopKRows::kAllNew;
+    return true;
+  }
+  absl::Status OnForward(CausalLm&, std::vector<std::vector<TokenLogProb>> ranked) override {
+    if (ranked.at(0).empty()) {
+      stopped_ = true;  // no finite log-prob: nothing more to draft
+    } else {
+      best_ = ranked[0][0];
+    }
+    return absl::OkStatus();
+  }
+  void OnEnd(CausalLm& model, const absl::Status&) override {
+    model.Truncate(s_.seq_, s_.committed_len_);  // the draft's K/V
+  }
+  DraftedTree& result() { return result_; }
+
+ private:
+  DraftModelSession& s_;
+  const DraftLimits limits_;
+  bool started_ = false, stopped_ = false;
+  int n_ = 0;
+  TokenLogProb best_;
+  SeqTree chain_;
+  DraftedTree result_;
+};
+
+// `first`, then `second` (a draft that reads what the append left), as one job.
+class DraftModelSession::ThenJob final : public DraftJob {
+ public:
+  ThenJob(DraftJob& first, DraftJob& second) : first_(first), second_(second) {}
+  bool NextForward(SeqTree* tree, int* k, TopKRows* rows) override {
+    if (!in_second_) {
+      if (first_.NextForward(tree, k, rows)) return true;
+      in_second_ = true;
+    }
+    return second_.NextForward(tree, k, rows);
+  }
+  absl::Status OnForward(CausalLm& model, std::vector<std::vector<TokenLogProb>> ranked) override {
+    return (in_second_ ? second_ : first_).OnForward(model, std::move(ranked));
+  }
+  void OnEnd(CausalLm& model, const absl::Status& status) override {
+    (in_second_ ? second_ : first_).OnEnd(model, status);
+  }
+  bool in_second() const { return in_second_; }
+
+ private:
+  DraftJob& first_;
+  DraftJob& second_;
+  bool in_second_ = false;
+};
+
+DraftModelSession::DraftModelSession(std::shared_ptr<DraftBatcher> batcher,
                                      const DraftModelOptions& options)
-    : lm_(std::move(lm)),
+    : batcher_(std::move(batcher)),
       options_(options),
-      vocab_size_(lm_->model->config().vocab_size),
-      context_window_(lm_->model->config().max_position_embeddings) {
-  std::lock_guard<std::mutex> lock(lm_->mu);
-  seq_ = lm_->model->CreateSequence();
+      vocab_size_(batcher_->config().vocab_size),
+      context_window_(batcher_->config().max_position_embeddings) {
+  seq_ = batcher_->WithModel([](CausalLm& m) { return m.CreateSequence(); });
 }
 
 DraftModelSession::~DraftModelSession() {
-  std::lock_guard<std::mutex> lock(lm_->mu);
-  lm_->model->FreeSequence(seq_);
+  batcher_->WithModel([this](CausalLm& m) { m.FreeSequence(seq_); });
 }
 
-absl::StatusOr<std::vector<std::vector<TokenLogProb>>> DraftModelSession::ForwardTopK(
-    const SeqTree& tree, int k, TopKRows rows) {
-  std::lock_guard<std::mutex> lock(lm_->mu);
-  return lm_->model->ForwardTopK(absl::MakeConstSpan(&tree, 1), k, rows);
+int DraftModelSession::DraftableDepth(int max_depth) const {
+  // A node at depth d sits at position committed_len + d - 1; only nodes above the deepest
+  // level are forwarded, so depth may reach window - committed_len + 1.
+  return out_of_window_ ? 0 : std::min(max_depth, context_window_ - committed_len_ + 1);
 }
 
-void DraftModelSession::TruncateToCommitted() {
-  std::lock_guard<std::mutex> lock(lm_->mu);
-  lm_->model->Truncate(seq_, committed_len_);
-}
-
-absl::Status DraftModelSession::Append(absl::Span<const int32_t> tokens) {
+bool DraftModelSession::StartAppend(absl::Span<const int32_t> tokens, absl::Status* status) {
+  *status = absl::OkStatus();
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || tokens[i] >= vocab_size_) {
-      return absl::InvalidArgumentError(absl::StrCat("token id ", tokens[i], " out of range [0, ",
-                                                     vocab_size_, ") of the draft model"));
+      *status = absl::InvalidArgumentError(absl::StrCat(
+          "token id ", tokens[i], " out of range [0, ", vocab_size_, ") of the draft model"));
+      return false;
     }
   }
   if (broken_) {
-    return absl::FailedPreconditionError(
+    *status = absl::FailedPreconditionError(
         "draft session lost its KV cache after an earlier error; open a new session");
+    return false;
   }
-  if (out_of_window_ || tokens.empty()) return absl::OkStatus();
+  if (out_of_window_ || tokens.empty()) return false;
   if (committed_len_ + static_cast<int64_t>(tokens.size()) > context_window_) {
     TS_LOG(kDebug,
            "draft context of %d tokens outgrows the draft model's window of %d: "
@@ -106,37 +296,45 @@ absl::Status DraftModelSession::Append(absl::Span<const int32_t> tokens) {
            committed_len_ + static_cast<int>(tokens.size()), context_window_);
     out_of_window_ = true;
     last_top_.clear();
-    return absl::OkStatus();
+    return false;
   }
+  return true;
+}
 
-  const int max_top_k = std::clamp(options_.max_top_k, 1, vocab_size_);
-  const int chunk = static_cast<int>(std::clamp<int64_t>(
-      std::min<int64_t>(options_.append_chunk, kMaxLogitFloats / vocab_size_), 1, 1 << 20));
-  std::vector<int> path;
-  for (size_t off = 0; off < tokens.size(); off += chunk) {
-    const int n = static_cast<int>(std::min<size_t>(chunk, tokens.size() - off));
-    SeqTree tree;
-    tree.seq = seq_;
-    tree.committed_len = committed_len_;
-    tree.tokens.assign(tokens.begin() + off, tokens.begin() + off + n);
-    tree.parents.resize(n);
-    std::iota(tree.parents.begin(), tree.parents.end(), -1);  // a chain
-    path.resize(n);
-    std::iota(path.begin(), path.end(), 0);
-    absl::StatusOr<std::vector<std::vector<TokenLogProb>>> top;
-    {
-      std::lock_guard<std::mutex> lock(lm_->mu);
-      top = lm_->model->ForwardTopK(absl::MakeConstSpan(&tree, 1), max_top_k, TopKRows::kLastNew);
-      if (top.ok()) lm_->model->Commit(seq_, committed_len_, path);
-    }
-    if (!top.ok()) {
-      broken_ = true;  // earlier chunks are committed: the cache no longer matches the context
-      return top.status();
-    }
-    committed_len_ += n;
-    if (off + n == tokens.size()) last_top_ = std::move(top->at(0));
+absl::Status DraftModelSession::Append(absl::Span<const int32_t> tokens) {
+  absl::Status status;
+  if (!StartAppend(tokens, &status)) return status;
+  AppendJob job(*this, tokens);
+  status = batcher_->Run(job);
+  // Earlier chunks may be committed: the cache no longer matches the context.
+  if (!status.ok()) broken_ = true;
+  return status;
+}
+
+std::unique_ptr<DraftJob> DraftModelSession::NewDraftJob(const DraftLimits& limits) {
+  switch (options_.shape) {
+    case DraftShape::kChain:
+      return std::make_unique<ChainJob>(*this, limits);
+    case DraftShape::kTree:
+      return std::make_unique<TreeJob>(*this, limits);
   }
-  return absl::OkStatus();
+  return nullptr;
+}
+
+absl::StatusOr<DraftedTree> DraftModelSession::FinishDraft(DraftJob& job, absl::Status status) {
+  if (absl::IsResourceExhausted(status)) {
+    // Out of KV pages for the draft only: skip this step, the context is intact.
+    TS_LOG(kDebug, "draft skipped: %s", status.ToString());
+    return DraftedTree{};
+  }
+  if (!status.ok()) return status;
+  switch (options_.shape) {
+    case DraftShape::kChain:
+      return std::move(static_cast<ChainJob&>(job).result());
+    case DraftShape::kTree:
+      return std::move(static_cast<TreeJob&>(job).result());
+  }
+  return DraftedTree{};
 }
 
 absl::StatusOr<DraftedTree> DraftModelSession::Draft(const DraftLimits& limits) {
@@ -144,99 +342,35 @@ absl::StatusOr<DraftedTree> DraftModelSession::Draft(const DraftLimits& limits) 
     return absl::FailedPreconditionError(
         "draft session lost its KV cache after an earlier error; open a new session");
   }
-  if (last_top_.empty() || out_of_window_) return DraftedTree{};
-  // A node at depth d sits at position committed_len + d - 1; only nodes above the deepest
-  // level are forwarded, so depth may reach window - committed_len + 1.
-  const int max_depth = std::min(limits.max_depth, context_window_ - committed_len_ + 1);
-  const int budget = limits.tree_budget;
-  if (budget <= 0 || max_depth <= 0) return DraftedTree{};
-
-  absl::StatusOr<DraftedTree> tree;
-  switch (options_.shape) {
-    case DraftShape::kChain:
-      tree = DraftChain(budget, max_depth);
-      break;
-    case DraftShape::kTree:
-      tree = DraftTree(budget, max_depth);
-      break;
-  }
-  TruncateToCommitted();
-  if (!tree.ok() && absl::IsResourceExhausted(tree.status())) {
-    // Out of KV pages for the draft only: skip this step, the context is intact.
-    TS_LOG(kDebug, "draft skipped: %s", tree.status().ToString());
-    return DraftedTree{};
-  }
-  return tree;
+  std::unique_ptr<DraftJob> job = NewDraftJob(limits);
+  const absl::Status status = batcher_->Run(*job);
+  return FinishDraft(*job, status);
 }
 
-absl::StatusOr<DraftedTree> DraftModelSession::DraftChain(int budget, int max_depth) {
-  const int n = std::min(budget, max_depth);
-  DraftedTree out;
-  SeqTree chain;
-  chain.seq = seq_;
-  chain.committed_len = committed_len_;
-  TokenLogProb best = last_top_[0];
-  for (int d = 0; d < n; ++d) {
-    out.tokens.push_back(best.token);
-    out.parents.push_back(d - 1);
-    out.logprobs.push_back(best.logprob);
-    if (d + 1 == n) break;
-    chain.tokens.push_back(best.token);
-    chain.parents.push_back(d - 1);
-    chain.first_new = d;  // nodes [0, d) are in the cache from the previous step
-    ASSIGN_OR_RETURN(const std::vector<std::vector<TokenLogProb>> top,
-                     ForwardTopK(chain, 1, TopKRows::kAllNew));
-    if (top[0].empty()) break;  // no finite log-prob: nothing to draft
-    best = top[0][0];
+absl::StatusOr<DraftedTree> DraftModelSession::AppendAndDraft(absl::Span<const int32_t> tokens,
+                                                              const DraftLimits& limits) {
+  absl::Status status;
+  if (!StartAppend(tokens, &status)) {
+    if (!status.ok()) return status;
+    return Draft(limits);  // nothing to append
   }
-  return out;
-}
-
-absl::StatusOr<DraftedTree> DraftModelSession::DraftTree(int budget, int max_depth) {
-  const int k = std::min(options_.top_k > 0 ? options_.top_k : budget, vocab_size_);
-  const DraftLimits limits{budget, max_depth};
-  ExpandedTree candidates;
-  candidates.SetChildren(0, Ranked(last_top_, k));
-
-  SeqTree forwarded;  // every expanded node, depth by depth
-  forwarded.seq = seq_;
-  forwarded.committed_len = committed_len_;
-  std::vector<int32_t> keys, expand;
-  for (int depth = 1; depth < max_depth; ++depth) {
-    // A node outside the best-B tree of what is known now stays outside once more candidates
-    // arrive, so only the selected nodes of the newest depth need their children.
-    BuildDdTree(candidates, 0, limits, &keys);
-    expand.clear();
-    // The model holds the forwarded nodes in slots [L, L + n) of the window: near its end,
-    // expand only the best (first popped) nodes that still fit. Same for the optional cap.
-    int room = context_window_ - committed_len_ - static_cast<int>(forwarded.tokens.size());
-    if (options_.max_expand_per_depth > 0) room = std::min(room, options_.max_expand_per_depth);
-    for (int32_t key : keys) {
-      if (candidates.node(key).depth != depth) continue;
-      if (static_cast<int>(expand.size()) == room) break;
-      expand.push_back(key);
-    }
-    if (expand.empty()) break;
-    forwarded.first_new = static_cast<int>(forwarded.tokens.size());
-    for (int32_t key : expand) {
-      ExpandedTree::Node& node = candidates.node(key);
-      node.forward = static_cast<int32_t>(forwarded.tokens.size());
-      forwarded.tokens.push_back(node.token);
-      forwarded.parents.push_back(candidates.node(node.parent).forward);  // -1 under the bonus
-    }
-    ASSIGN_OR_RETURN(const std::vector<std::vector<TokenLogProb>> top,
-                     ForwardTopK(forwarded, k, TopKRows::kAllNew));
-    for (size_t r = 0; r < expand.size(); ++r) candidates.SetChildren(expand[r], Ranked(top[r], k));
+  AppendJob append(*this, tokens);
+  std::unique_ptr<DraftJob> draft = NewDraftJob(limits);
+  ThenJob both(append, *draft);
+  status = batcher_->Run(both);
+  if (!status.ok() && !both.in_second()) {
+    broken_ = true;  // as Append
+    return status;
   }
-  return BuildDdTree(candidates, 0, limits);
+  return FinishDraft(*draft, status);
 }
 
 DraftModelDrafterFactory::DraftModelDrafterFactory(std::unique_ptr<CausalLm> model,
                                                    const DraftModelOptions& options)
-    : lm_(std::make_shared<SharedCausalLm>(std::move(model))), options_(options) {}
+    : batcher_(std::make_shared<DraftBatcher>(std::move(model))), options_(options) {}
 
 absl::StatusOr<std::unique_ptr<DraftSession>> DraftModelDrafterFactory::NewSession() {
-  return std::make_unique<DraftModelSession>(lm_, options_);
+  return std::make_unique<DraftModelSession>(batcher_, options_);
 }
 
 }  // namespace treespec

@@ -3,18 +3,19 @@
 // drafts either a greedy chain or a tree grown depth by depth (one batched forward per depth)
 // and then DDTree-selected under the budget. Every forward asks the model for the top-k
 // log-probs of its rows (CausalLm::ForwardTopK), so on a GPU the ranking runs on the device and
-// only k (token, log-prob) pairs per row cross PCIe, never a row of the vocabulary.
+// only k (token, log-prob) pairs per row cross PCIe, never a row of the vocabulary. Sessions'
+// forwards run batched together through the factory's DraftBatcher (draft_batcher.h).
 #ifndef TREESPEC_DRAFTER_SERVICE_DRAFT_MODEL_DRAFTER_H_
 #define TREESPEC_DRAFTER_SERVICE_DRAFT_MODEL_DRAFTER_H_
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/model/causal_lm.h"
+#include "drafter_service/draft_batcher.h"
 #include "drafter_service/drafter.h"
 
 namespace treespec {
@@ -34,28 +35,20 @@ struct DraftModelOptions {
   // depth always costs K rows. > 0 caps the rows per depth (the best nodes first): cheaper on
   // a CPU, where rows cost; the tree may then miss some of the exact tree's nodes.
   int max_expand_per_depth = 0;
-  // Tokens per Forward while appending (bounds the [chunk, vocab] logits buffer).
+  // Tokens per forward while appending (bounds the [chunk, vocab] logits buffer).
   int append_chunk = 256;
-};
-
-// The model plus the lock that serialises calls into it (the CPU model is not re-entrant).
-// Sessions hold a shared_ptr, so the model outlives every session whatever the order of
-// destruction.
-struct SharedCausalLm {
-  explicit SharedCausalLm(std::unique_ptr<CausalLm> lm) : model(std::move(lm)) {}
-  std::mutex mu;
-  std::unique_ptr<CausalLm> model;
 };
 
 class DraftModelSession final : public DraftSession {
  public:
-  // Creates the session's sequence in the model's KV cache; frees it on destruction.
-  DraftModelSession(std::shared_ptr<SharedCausalLm> lm, const DraftModelOptions& options);
+  // Creates the session's sequence in the model's KV cache; frees it on destruction. Sessions
+  // hold a shared_ptr, so the batcher (and its model) outlives every session.
+  DraftModelSession(std::shared_ptr<DraftBatcher> batcher, const DraftModelOptions& options);
   ~DraftModelSession() override;
   DraftModelSession(const DraftModelSession&) = delete;
   DraftModelSession& operator=(const DraftModelSession&) = delete;
 
-  // Forwards the tokens as a chain (in chunks) and commits them; keeps the last token's
+  // Forwards the tokens as a chain (in chunks) and commits them; keeps the last token's top
   // log-probs as the depth-1 distribution. INVALID_ARGUMENT for ids outside the vocab,
   // RESOURCE_EXHAUSTED when the KV pool is full (the session is unusable afterwards).
   // Tokens beyond the model's context window are accepted but end drafting: later drafts
@@ -64,18 +57,29 @@ class DraftModelSession final : public DraftSession {
   // Chain: greedy, min(budget, depth) nodes. Tree: see the file comment. The draft's K/V is
   // dropped afterwards (the cache is truncated back to the committed context).
   absl::StatusOr<DraftedTree> Draft(const DraftLimits& limits) override;
+  // Both as one batcher job.
+  absl::StatusOr<DraftedTree> AppendAndDraft(absl::Span<const int32_t> tokens,
+                                             const DraftLimits& limits) override;
 
   int committed_len() const { return committed_len_; }
 
  private:
-  absl::StatusOr<DraftedTree> DraftChain(int budget, int max_depth);
-  absl::StatusOr<DraftedTree> DraftTree(int budget, int max_depth);
-  // ForwardTopK of `tree` under the model lock.
-  absl::StatusOr<std::vector<std::vector<TokenLogProb>>> ForwardTopK(const SeqTree& tree, int k,
-                                                                     TopKRows rows);
-  void TruncateToCommitted();
+  class AppendJob;
+  class TreeJob;
+  class ChainJob;
+  class ThenJob;
 
-  const std::shared_ptr<SharedCausalLm> lm_;
+  // Depths a draft may reach from the committed context (0 once past the window).
+  int DraftableDepth(int max_depth) const;
+  // Checks the tokens; false when there is nothing to forward: *status is the error, or ok
+  // (no tokens, or tokens past the window, which end drafting).
+  bool StartAppend(absl::Span<const int32_t> tokens, absl::Status* status);
+  // The draft job of this session's shape for `limits`.
+  std::unique_ptr<DraftJob> NewDraftJob(const DraftLimits& limits);
+  // The job's tree after it ran with `status` (the job dropped its K/V when it ended).
+  absl::StatusOr<DraftedTree> FinishDraft(DraftJob& job, absl::Status status);
+
+  const std::shared_ptr<DraftBatcher> batcher_;
   const DraftModelOptions options_;
   const int vocab_size_;
   const int context_window_;  // the draft model's max positions
@@ -91,10 +95,10 @@ class DraftModelDrafterFactory final : public DrafterFactory {
  public:
   DraftModelDrafterFactory(std::unique_ptr<CausalLm> model, const DraftModelOptions& options);
   absl::StatusOr<std::unique_ptr<DraftSession>> NewSession() override;
-  const ModelConfig& config() const { return lm_->model->config(); }
+  const ModelConfig& config() const { return batcher_->config(); }
 
  private:
-  const std::shared_ptr<SharedCausalLm> lm_;
+  const std::shared_ptr<DraftBatcher> batcher_;
   const DraftModelOptions options_;
 };
 

@@ -62,8 +62,20 @@ class DraftModelDrafterTest : public ::testing::Test {
     return std::make_unique<DraftModelDrafterFactory>(MakeLm(config_, 7), options);
   }
 
+  // A session of a factory with `options` (kept by the fixture) after `context` was appended;
+  // null if the append failed.
+  std::unique_ptr<DraftSession> OpenWith(const DraftModelOptions& options,
+                                         const std::vector<int32_t>& context) {
+    factories_.push_back(std::make_unique<DraftModelDrafterFactory>(MakeLm(config_, 7), options));
+    auto session = *factories_.back()->NewSession();
+    const absl::Status appended = session->Append(context);
+    EXPECT_TRUE(appended.ok()) << appended;
+    return appended.ok() ? std::move(session) : nullptr;
+  }
+
   ModelConfig config_;
   std::unique_ptr<CausalLm> reference_;  // same weights, for causal reference forwards
+  std::vector<std::unique_ptr<DraftModelDrafterFactory>> factories_;
 };
 
 TEST_F(DraftModelDrafterTest, ChainIsGreedyDecoding) {
@@ -145,12 +157,9 @@ TEST_F(DraftModelDrafterTest, TreeIsTheExactBestFirstTreeWithTrueLogprobs) {
 }
 
 TEST_F(DraftModelDrafterTest, CappedExpansionStillGivesTrueLogprobs) {
-  DraftModelOptions options;
-  options.max_expand_per_depth = 2;
-  DraftModelDrafterFactory factory(MakeLm(config_, 7), options);
-  auto session = *factory.NewSession();
   const std::vector<int32_t> context = RandomTokens(25, config_.vocab_size, 9);
-  ASSERT_TRUE(session->Append(context).ok());
+  std::unique_ptr<DraftSession> session = OpenWith({.max_expand_per_depth = 2}, context);
+  ASSERT_TRUE(session);
   DraftedTree tree = *session->Draft(DraftLimits{16, 8});
   ASSERT_TRUE(ValidateDraftedTree(tree, config_.vocab_size, 16, 8).ok());
   EXPECT_EQ(tree.tokens.size(), 16u);
@@ -216,12 +225,9 @@ TEST_F(DraftModelDrafterTest, LimitsEmptyContextAndBadTokens) {
 }
 
 TEST_F(DraftModelDrafterTest, MaxTopKCapsTheChildrenOfTheBonus) {
-  DraftModelOptions options;
-  options.max_top_k = 2;
-  DraftModelDrafterFactory factory(MakeLm(config_, 7), options);
-  auto session = *factory.NewSession();
   const std::vector<int32_t> context = RandomTokens(21, config_.vocab_size, 8);
-  ASSERT_TRUE(session->Append(context).ok());
+  std::unique_ptr<DraftSession> session = OpenWith({.max_top_k = 2}, context);
+  ASSERT_TRUE(session);
   const DraftedTree flat = *session->Draft(DraftLimits{16, 1});
   const std::vector<Candidate> best =
       PerDepthCandidates::TopK(CausalLogprobs(*reference_, context), 2);

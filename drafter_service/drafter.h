@@ -25,6 +25,13 @@ class DraftSession {
   // Drafts continuations after the last appended token (the bonus), at most
   // limits.tree_budget nodes and limits.max_depth deep. May be empty.
   virtual absl::StatusOr<DraftedTree> Draft(const DraftLimits& limits) = 0;
+  // Append(tokens), then Draft(limits), in one call: a drafter that batches its sessions' model
+  // work (DraftBatcher) runs both as one job, without a round trip between them.
+  virtual absl::StatusOr<DraftedTree> AppendAndDraft(absl::Span<const int32_t> tokens,
+                                                     const DraftLimits& limits) {
+    if (absl::Status s = Append(tokens); !s.ok()) return s;
+    return Draft(limits);
+  }
 };
 
 class DrafterFactory {

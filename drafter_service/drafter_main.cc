@@ -45,7 +45,9 @@ ABSL_FLAG(int, expand_per_depth, 0,
 ABSL_FLAG(int, tree_budget, 16, "default drafted nodes per tree (bonus excluded)");
 ABSL_FLAG(int, max_depth, 8, "default deepest drafted node");
 ABSL_FLAG(int, max_tree_budget, 256, "largest tree_budget a session may ask for");
-ABSL_FLAG(int, threads, 0, "drafting threads; 0 = min(4, cores)");
+ABSL_FLAG(int, threads, 0,
+          "drafting threads; 0 = min(4, cores), or with --draft_model at least --max_sessions "
+          "(a session's task waits while its forwards run batched with the others')");
 ABSL_FLAG(int, vocab_size, 0,
           "token ids must be < this; 0 = the draft model's vocab (no upper check without one)");
 ABSL_FLAG(int, max_sessions, 64, "concurrent sessions the draft model's KV cache is sized for");
@@ -133,6 +135,11 @@ absl::Status Run() {
   if (options.worker_threads == 0) {
     options.worker_threads =
         static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
+    // A draft-model session's task waits while the batcher runs its forwards with every other
+    // session's: one thread per session lets all of them share each batched forward.
+    if (!absl::GetFlag(FLAGS_draft_model).empty()) {
+      options.worker_threads = std::max(options.worker_threads, absl::GetFlag(FLAGS_max_sessions));
+    }
   }
 
   NgramOptions ngram_options;

@@ -20,7 +20,7 @@ DrafterMetrics::DrafterMetrics() : registry_(std::make_shared<prometheus::Regist
   for (double s = 50e-6; s < 1.0; s *= 2) buckets.push_back(s);
   build_seconds_ = &prometheus::BuildHistogram()
                         .Name("treespec_drafter_tree_build_seconds")
-                        .Help("Time to draft one tree, on the worker thread")
+                        .Help("Time to append a commit and draft its tree, on the worker thread")
                         .Register(*registry_)
                         .Add({}, buckets);
   queue_seconds_ = &prometheus::BuildHistogram()

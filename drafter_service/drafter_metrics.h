@@ -3,7 +3,8 @@
 //   treespec_drafter_sessions_reaped_total (ended after --session_idle_timeout_s of silence),
 //   treespec_drafter_trees_total, treespec_drafter_tree_nodes_total,
 //   treespec_drafter_stale_steps_total (commits superseded before their tree was drafted),
-//   treespec_drafter_tree_build_seconds (histogram: one tree, on the worker thread),
+//   treespec_drafter_tree_build_seconds (histogram: append a commit + draft its tree, on the
+//   worker thread),
 //   treespec_drafter_queued_trees (gauge: sessions whose next tree waits for a drafting thread),
 //   treespec_drafter_tree_queue_seconds (histogram: that wait, per tree).
 #ifndef TREESPEC_DRAFTER_SERVICE_DRAFTER_METRICS_H_

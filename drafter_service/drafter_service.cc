@@ -337,12 +337,9 @@ class DrafterService::SessionReactor final
         status = session.status();
       }
     } else {
-      status = session_->Append(work.tokens);
-      if (status.ok()) {
-        respond = true;
-        response.mutable_tree()->set_step(work.step);
-        status = DraftInto(work.step, response.mutable_tree());
-      }
+      respond = true;
+      response.mutable_tree()->set_step(work.step);
+      status = AppendAndDraftInto(work.tokens, work.step, response.mutable_tree());
     }
     std::lock_guard<std::mutex> lock(mu_);
     scheduled_ = false;
@@ -354,20 +351,22 @@ class DrafterService::SessionReactor final
     AdvanceLocked();
   }
 
-  // Drafts the tree answering commit `step`, unless a newer commit is already queued: the
-  // verifier ignores stale trees, so that step gets an empty one at no cost.
-  absl::Status DraftInto(int64_t step, v1::DraftTree* out) {
+  // Appends the commit's tokens and drafts the tree answering commit `step` (one call, so a
+  // batching drafter runs both as one job), unless a newer commit is already queued: the
+  // verifier ignores stale trees, so that step only appends and gets an empty tree.
+  absl::Status AppendAndDraftInto(absl::Span<const int32_t> tokens, int64_t step,
+                                  v1::DraftTree* out) {
     ++steps_;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!queue_.empty()) {
         ++stale_steps_;
         if (service_->metrics_ != nullptr) service_->metrics_->OnStaleStep();
-        return absl::OkStatus();
+        return session_->Append(tokens);
       }
     }
     const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<DraftedTree> tree = session_->Draft(limits_);
+    absl::StatusOr<DraftedTree> tree = session_->AppendAndDraft(tokens, limits_);
     if (!tree.ok()) return tree.status();
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

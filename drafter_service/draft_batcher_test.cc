@@ -1,0 +1,150 @@
+// The draft batcher: sessions drafting at the same time share batched forwards, get the very
+// trees they get alone (the CPU model's rows do not depend on their batch), and a forward that
+// fails for one session's entry fails only that session.
+#include "drafter_service/draft_batcher.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "common/model/cpu_causal_lm.h"
+#include "common/model/cpu_test_util.h"
+#include "drafter_service/draft_model_drafter.h"
+#include "gtest/gtest.h"
+
+namespace treespec {
+namespace {
+
+// Passes every call on; records each ForwardTopK's batch size, holds the first one back for a
+// while (so the other sessions' jobs queue up behind it) and fails batches that hold `poison`.
+class WatchedLm final : public CausalLm {
+ public:
+  explicit WatchedLm(std::unique_ptr<CausalLm> lm) : lm_(std::move(lm)) {}
+  const ModelConfig& config() const override { return lm_->config(); }
+  int tensor_parallel() const override { return 1; }
+  std::string device() const override { return lm_->device(); }
+  SeqId CreateSequence() override { return lm_->CreateSequence(); }
+  void FreeSequence(SeqId seq) override { lm_->FreeSequence(seq); }
+  PagedKvCache& kv_cache() override { return lm_->kv_cache(); }
+  absl::StatusOr<std::vector<float>> Forward(absl::Span<const SeqTree> batch) override {
+    return lm_->Forward(batch);
+  }
+  absl::StatusOr<std::vector<std::vector<TokenLogProb>>> ForwardTopK(
+      absl::Span<const SeqTree> batch, int k, TopKRows rows) override {
+    if (calls_++ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    largest_batch_ = std::max(largest_batch_.load(), static_cast<int>(batch.size()));
+    for (const SeqTree& t : batch) {
+      if (t.seq == poison_) return absl::ResourceExhaustedError("poisoned sequence");
+    }
+    return lm_->ForwardTopK(batch, k, rows);
+  }
+  void Commit(SeqId seq, int committed_len, absl::Span<const int> path) override {
+    lm_->Commit(seq, committed_len, path);
+  }
+  void Truncate(SeqId seq, int len) override { lm_->Truncate(seq, len); }
+
+  std::atomic<int> calls_{0}, largest_batch_{0};
+  std::atomic<SeqId> poison_{-1};
+
+ private:
+  std::unique_ptr<CausalLm> lm_;
+};
+
+std::unique_ptr<CausalLm> CpuLm(const ModelConfig& config) {
+  LmOptions options;
+  options.max_batch = 16;
+  auto lm = CreateCpuCausalLm(config, testing::RandomWeights(config, 7), options);
+  EXPECT_TRUE(lm.ok()) << lm.status();
+  return *std::move(lm);
+}
+
+std::vector<int32_t> Tokens(int n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> out(n);
+  for (int32_t& t : out) t = static_cast<int32_t>(rng() % vocab);
+  return out;
+}
+
+constexpr int kSessions = 8;
+
+// Each of kSessions sessions appends its own prompt, then drafts three steps, all at once.
+std::vector<std::vector<DraftedTree>> DraftTogether(DrafterFactory& factory, int vocab,
+                                                    std::vector<absl::Status>* status) {
+  std::vector<std::vector<DraftedTree>> trees(kSessions);
+  status->assign(kSessions, absl::OkStatus());
+  std::vector<std::thread> threads;
+  for (int s = 0; s < kSessions; ++s) {
+    threads.emplace_back([&, s] {
+      auto session = *factory.NewSession();
+      absl::Status st = session->Append(Tokens(20 + s, vocab, 100 + s));
+      for (int step = 0; step < 3 && st.ok(); ++step) {
+        absl::StatusOr<DraftedTree> tree =
+            session->AppendAndDraft(Tokens(1 + step, vocab, 200 + s * 3 + step), {12, 5});
+        if (tree.ok()) {
+          trees[s].push_back(*tree);
+        } else {
+          st = tree.status();
+        }
+      }
+      (*status)[s] = st;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return trees;
+}
+
+TEST(DraftBatcherTest, ConcurrentSessionsShareForwardsAndDraftWhatTheyDraftAlone) {
+  const ModelConfig config = testing::SmallLlamaConfig();
+  auto watched = std::make_unique<WatchedLm>(CpuLm(config));
+  WatchedLm* const watch = watched.get();
+  DraftModelDrafterFactory together(std::move(watched), DraftModelOptions());
+  std::vector<absl::Status> status;
+  const std::vector<std::vector<DraftedTree>> got =
+      DraftTogether(together, config.vocab_size, &status);
+  EXPECT_GT(watch->largest_batch_.load(), 1) << "no forward was shared between sessions";
+
+  DraftModelDrafterFactory alone(CpuLm(config), DraftModelOptions());
+  for (int s = 0; s < kSessions; ++s) {
+    ASSERT_TRUE(status[s].ok()) << "session " << s << ": " << status[s];
+    auto session = *alone.NewSession();
+    ASSERT_TRUE(session->Append(Tokens(20 + s, config.vocab_size, 100 + s)).ok());
+    ASSERT_EQ(got[s].size(), 3u);
+    for (int step = 0; step < 3; ++step) {
+      const DraftedTree want = *session->AppendAndDraft(
+          Tokens(1 + step, config.vocab_size, 200 + s * 3 + step), {12, 5});
+      EXPECT_EQ(got[s][step].tokens, want.tokens) << "session " << s << " step " << step;
+      EXPECT_EQ(got[s][step].parents, want.parents) << "session " << s << " step " << step;
+      EXPECT_EQ(got[s][step].logprobs, want.logprobs) << "session " << s << " step " << step;
+    }
+  }
+}
+
+TEST(DraftBatcherTest, AFailingEntryFailsOnlyItsOwnSession) {
+  const ModelConfig config = testing::SmallLlamaConfig();
+  auto watched = std::make_unique<WatchedLm>(CpuLm(config));
+  WatchedLm* const watch = watched.get();
+  // Sequence ids are handed out in order from 1: the third session to open gets 3.
+  watch->poison_ = 3;
+  DraftModelDrafterFactory factory(std::move(watched), DraftModelOptions());
+  std::vector<absl::Status> status;
+  const std::vector<std::vector<DraftedTree>> got =
+      DraftTogether(factory, config.vocab_size, &status);
+  int failed = 0;
+  for (int s = 0; s < kSessions; ++s) {
+    if (status[s].ok()) {
+      EXPECT_EQ(got[s].size(), 3u) << "session " << s;
+      for (const DraftedTree& t : got[s]) EXPECT_FALSE(t.tokens.empty()) << "session " << s;
+    } else {
+      ++failed;
+      EXPECT_EQ(status[s].code(), absl::StatusCode::kResourceExhausted) << status[s];
+    }
+  }
+  EXPECT_EQ(failed, 1) << "exactly the poisoned session fails";
+}
+
+}  // namespace
+}  // namespace treespec
