@@ -22,12 +22,14 @@ case "$mode" in
     ;;
   thread)
     # The engine's threads (batching loop, rank threads, in-process communicator, the CPU
-    # model's tensor-parallel ranks); only these are built. Tests that run gRPC are left out:
+    # model's tensor-parallel ranks) and the drafter's (the draft batcher and the sessions
+    # that wait on it); only these are built. Tests that run gRPC are left out:
     # Debian's gRPC and Abseil are not built with ThreadSanitizer, and their internal
     # synchronisation shows up as races (drafter_client_test: epoll_create1 vs epoll_wait in
     # gRPC's poller, then absl::Mutex's deadlock graph).
     names=(engine_test rank_threads_test communicator_test cpu_causal_lm_test
-      output_processor_test ngram_drafter_test ddtree_test)
+      output_processor_test ngram_drafter_test ddtree_test draft_batcher_test
+      draft_model_drafter_test)
     tests=(-R "^($(IFS='|'; echo "${names[*]}"))$")
     targets=(--target "${names[@]}")
     ;;
