@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/util/log.h"
 
 namespace treespec {
@@ -71,10 +72,23 @@ void DraftBatcher::RunGroup(std::vector<Entry>& entries, TopKRows rows, std::vec
     Complete(entries[0].pending, ranked.status());
     return;
   }
+  // Entry i's rows: its new rows, or its last one.
+  auto rows_of = [&](size_t i) -> size_t {
+    const int new_rows = static_cast<int>(batch[i].tokens.size()) - batch[i].first_new;
+    return rows == TopKRows::kLastNew ? (new_rows > 0 ? 1 : 0) : std::max(new_rows, 0);
+  };
+  size_t expected = 0;
+  for (size_t i = 0; i < entries.size(); ++i) expected += rows_of(i);
+  if (ranked->size() != expected) {
+    for (Entry& e : entries) {
+      Complete(e.pending, absl::InternalError(absl::StrCat("draft model returned ", ranked->size(),
+                                                           " ranked rows for ", expected)));
+    }
+    return;
+  }
   size_t row = 0;
   for (size_t i = 0; i < entries.size(); ++i) {
-    const int new_rows = static_cast<int>(batch[i].tokens.size()) - batch[i].first_new;
-    const size_t n = rows == TopKRows::kLastNew ? (new_rows > 0 ? 1 : 0) : new_rows;
+    const size_t n = rows_of(i);
     std::vector<std::vector<TokenLogProb>> mine(std::make_move_iterator(ranked->begin() + row),
                                                 std::make_move_iterator(ranked->begin() + row + n));
     row += n;

@@ -1,6 +1,7 @@
 // The draft batcher: sessions drafting at the same time share batched forwards, get the very
-// trees they get alone (the CPU model's rows do not depend on their batch), and a forward that
-// fails for one session's entry fails only that session.
+// trees they get alone (the CPU model's rows do not depend on their batch), a forward that
+// fails for one session's entry fails only that session, and a backend that returns the wrong
+// number of rows fails the job with INTERNAL instead of reading past its answer.
 #include "drafter_service/draft_batcher.h"
 
 #include <algorithm>
@@ -40,7 +41,9 @@ class WatchedLm final : public CausalLm {
     for (const SeqTree& t : batch) {
       if (t.seq == poison_) return absl::ResourceExhaustedError("poisoned sequence");
     }
-    return lm_->ForwardTopK(batch, k, rows);
+    auto ranked = lm_->ForwardTopK(batch, k, rows);
+    if (ranked.ok() && drop_row_ && !ranked->empty()) ranked->pop_back();  // a broken backend
+    return ranked;
   }
   void Commit(SeqId seq, int committed_len, absl::Span<const int> path) override {
     lm_->Commit(seq, committed_len, path);
@@ -49,6 +52,7 @@ class WatchedLm final : public CausalLm {
 
   std::atomic<int> calls_{0}, largest_batch_{0};
   std::atomic<SeqId> poison_{-1};
+  std::atomic<bool> drop_row_{false};
 
  private:
   std::unique_ptr<CausalLm> lm_;
@@ -144,6 +148,18 @@ TEST(DraftBatcherTest, AFailingEntryFailsOnlyItsOwnSession) {
     }
   }
   EXPECT_EQ(failed, 1) << "exactly the poisoned session fails";
+}
+
+TEST(DraftBatcherTest, ABackendReturningTheWrongRowsIsAnErrorNotACrash) {
+  const ModelConfig config = testing::SmallLlamaConfig();
+  auto watched = std::make_unique<WatchedLm>(CpuLm(config));
+  watched->calls_ = 1;  // no hold-back
+  watched->drop_row_ = true;
+  DraftModelDrafterFactory factory(std::move(watched), DraftModelOptions());
+  auto session = *factory.NewSession();
+  const absl::Status s = session->Append(Tokens(5, config.vocab_size, 1));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+  EXPECT_NE(s.message().find("ranked rows"), absl::string_view::npos) << s;
 }
 
 }  // namespace
