@@ -102,11 +102,25 @@ class DraftModelSession::AppendJob final : public DraftJob {
   size_t off_ = 0;
 };
 
+// What both draft shapes share: the drafted tree, and dropping the draft's K/V at the end.
+class DraftModelSession::DraftingJob : public DraftJob {
+ public:
+  explicit DraftingJob(DraftModelSession& s) : s_(s) {}
+  void OnEnd(CausalLm& model, const absl::Status&) override {
+    model.Truncate(s_.seq_, s_.committed_len_);  // the draft's K/V
+  }
+  DraftedTree& result() { return result_; }
+
+ protected:
+  DraftModelSession& s_;
+  DraftedTree result_;
+};
+
 // The tree mode: depth by depth, the nodes of the newest depth in the best tree known so far
 // get their children from one forward; the result is the best tree over all candidates.
-class DraftModelSession::TreeJob final : public DraftJob {
+class DraftModelSession::TreeJob final : public DraftingJob {
  public:
-  TreeJob(DraftModelSession& s, const DraftLimits& limits) : s_(s), limits_(limits) {}
+  TreeJob(DraftModelSession& s, const DraftLimits& limits) : DraftingJob(s), limits_(limits) {}
   bool NextForward(SeqTree* tree, int* k, TopKRows* rows) override {
     if (!started_) Start();
     if (done_) return false;
@@ -146,10 +160,6 @@ class DraftModelSession::TreeJob final : public DraftJob {
     ++depth_;
     return absl::OkStatus();
   }
-  void OnEnd(CausalLm& model, const absl::Status&) override {
-    model.Truncate(s_.seq_, s_.committed_len_);  // the draft's K/V
-  }
-  DraftedTree& result() { return result_; }
 
  private:
   void Start() {
@@ -170,20 +180,18 @@ class DraftModelSession::TreeJob final : public DraftJob {
     return false;
   }
 
-  DraftModelSession& s_;
   DraftLimits limits_;
   bool started_ = false, done_ = false;
   int k_ = 1, depth_ = 1;
   ExpandedTree candidates_;
   SeqTree forwarded_;  // every expanded node, depth by depth
   std::vector<int32_t> keys_, expand_;
-  DraftedTree result_;
 };
 
 // The chain mode: greedy, one forward per drafted token but the last.
-class DraftModelSession::ChainJob final : public DraftJob {
+class DraftModelSession::ChainJob final : public DraftingJob {
  public:
-  ChainJob(DraftModelSession& s, const DraftLimits& limits) : s_(s), limits_(limits) {}
+  ChainJob(DraftModelSession& s, const DraftLimits& limits) : DraftingJob(s), limits_(limits) {}
   bool NextForward(SeqTree* tree, int* k, TopKRows* rows) override {
     if (!started_) {
       started_ = true;
@@ -215,19 +223,13 @@ class DraftModelSession::ChainJob final : public DraftJob {
     }
     return absl::OkStatus();
   }
-  void OnEnd(CausalLm& model, const absl::Status&) override {
-    model.Truncate(s_.seq_, s_.committed_len_);  // the draft's K/V
-  }
-  DraftedTree& result() { return result_; }
 
  private:
-  DraftModelSession& s_;
   const DraftLimits limits_;
   bool started_ = false, stopped_ = false;
   int n_ = 0;
   TokenLogProb best_;
   SeqTree chain_;
-  DraftedTree result_;
 };
 
 // `first`, then `second` (a draft that reads what the append left), as one job.
@@ -311,7 +313,8 @@ absl::Status DraftModelSession::Append(absl::Span<const int32_t> tokens) {
   return status;
 }
 
-std::unique_ptr<DraftJob> DraftModelSession::NewDraftJob(const DraftLimits& limits) {
+std::unique_ptr<DraftModelSession::DraftingJob> DraftModelSession::NewDraftJob(
+    const DraftLimits& limits) {
   switch (options_.shape) {
     case DraftShape::kChain:
       return std::make_unique<ChainJob>(*this, limits);
@@ -321,20 +324,14 @@ std::unique_ptr<DraftJob> DraftModelSession::NewDraftJob(const DraftLimits& limi
   return nullptr;
 }
 
-absl::StatusOr<DraftedTree> DraftModelSession::FinishDraft(DraftJob& job, absl::Status status) {
+absl::StatusOr<DraftedTree> DraftModelSession::FinishDraft(DraftingJob& job, absl::Status status) {
   if (absl::IsResourceExhausted(status)) {
     // Out of KV pages for the draft only: skip this step, the context is intact.
     TS_LOG(kDebug, "draft skipped: %s", status.ToString());
     return DraftedTree{};
   }
   if (!status.ok()) return status;
-  switch (options_.shape) {
-    case DraftShape::kChain:
-      return std::move(static_cast<ChainJob&>(job).result());
-    case DraftShape::kTree:
-      return std::move(static_cast<TreeJob&>(job).result());
-  }
-  return DraftedTree{};
+  return std::move(job.result());
 }
 
 absl::StatusOr<DraftedTree> DraftModelSession::Draft(const DraftLimits& limits) {
@@ -342,7 +339,7 @@ absl::StatusOr<DraftedTree> DraftModelSession::Draft(const DraftLimits& limits) 
     return absl::FailedPreconditionError(
         "draft session lost its KV cache after an earlier error; open a new session");
   }
-  std::unique_ptr<DraftJob> job = NewDraftJob(limits);
+  std::unique_ptr<DraftingJob> job = NewDraftJob(limits);
   const absl::Status status = batcher_->Run(*job);
   return FinishDraft(*job, status);
 }
@@ -355,7 +352,7 @@ absl::StatusOr<DraftedTree> DraftModelSession::AppendAndDraft(absl::Span<const i
     return Draft(limits);  // nothing to append
   }
   AppendJob append(*this, tokens);
-  std::unique_ptr<DraftJob> draft = NewDraftJob(limits);
+  std::unique_ptr<DraftingJob> draft = NewDraftJob(limits);
   ThenJob both(append, *draft);
   status = batcher_->Run(both);
   if (!status.ok() && !both.in_second()) {

@@ -65,6 +65,7 @@ class DraftModelSession final : public DraftSession {
 
  private:
   class AppendJob;
+  class DraftingJob;  // TreeJob's and ChainJob's base
   class TreeJob;
   class ChainJob;
   class ThenJob;
@@ -75,9 +76,9 @@ class DraftModelSession final : public DraftSession {
   // (no tokens, or tokens past the window, which end drafting).
   bool StartAppend(absl::Span<const int32_t> tokens, absl::Status* status);
   // The draft job of this session's shape for `limits`.
-  std::unique_ptr<DraftJob> NewDraftJob(const DraftLimits& limits);
+  std::unique_ptr<DraftingJob> NewDraftJob(const DraftLimits& limits);
   // The job's tree after it ran with `status` (the job dropped its K/V when it ended).
-  absl::StatusOr<DraftedTree> FinishDraft(DraftJob& job, absl::Status status);
+  absl::StatusOr<DraftedTree> FinishDraft(DraftingJob& job, absl::Status status);
 
   const std::shared_ptr<DraftBatcher> batcher_;
   const DraftModelOptions options_;
