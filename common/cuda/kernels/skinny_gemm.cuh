@@ -98,24 +98,62 @@ __device__ __forceinline__ int StageRow(int r, int row0, int rows) {
   }
 }
 
-// Copies columns [kt·64, kt·64 + 64) of kRows rows of the row-major [rows, k] matrix `src`
-// (StageRow's rows) into the stage at `dst`, zero-filling rows past the end and columns >= k.
-template <int kRows, bool kGated = false>
-__device__ __forceinline__ void LoadStage(uint32_t dst, const __nv_bfloat16* src, int row0,
-                                          int limit_rows, int k, int kt) {
-  constexpr int kChunks = kRows * 8;
-  constexpr int kIters = (kChunks + kSkinnyThreads - 1) / kSkinnyThreads;
-#pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-    const int i = threadIdx.x + it * kSkinnyThreads;
-    if (kChunks % kSkinnyThreads != 0 && i >= kChunks) break;
-    const int row = i >> 3, chunk = i & 7;
-    const int grow = StageRow<kGated>(row, row0, limit_rows), col = kt * kSkinnyStepK + chunk * 8;
-    const bool valid = grow >= 0 && col < k;
-    const __nv_bfloat16* p = valid ? src + static_cast<int64_t>(grow) * k + col : src;
-    CpAsync16(dst + SwizzledChunk(row, chunk), p, valid ? 16 : 0);
-  }
+// v, through an instruction the compiler cannot see into: a value worked out once before a loop
+// then stays in its register, instead of being recomputed from the thread index in every
+// iteration (which ptxas prefers when it has registers to save).
+__device__ __forceinline__ uint32_t Opaque(uint32_t v) {
+  uint32_t r;
+  asm volatile("mov.b32 %0, %1;\n" : "=r"(r) : "r"(v));
+  return r;
 }
+template <typename T>
+__device__ __forceinline__ const T* Opaque(const T* p) {
+  uint64_t r;
+  asm volatile("mov.b64 %0, %1;\n" : "=l"(r) : "l"(reinterpret_cast<uint64_t>(p)));
+  return reinterpret_cast<const T*>(r);
+}
+
+// A thread's share of copying one stage (columns [kt·64, kt·64 + 64) of kRows rows of the
+// row-major [rows, k] matrix `src`, StageRow's rows) into shared memory, with everything that
+// does not depend on kt worked out once: a thread always copies the same chunk column of the
+// same rows, so a stage costs it one add, one compare and one cp.async per chunk. Rows past the
+// end and columns >= k are zero-filled. (With the addressing recomputed per stage, the main loop
+// of the 24-row kernel was 135 instructions per stage around its 6 ldmatrix and 6 mma, at 6.3
+// cycles per issued instruction; hoisted, 62: docs/performance.md.)
+template <int kRows, bool kGated = false>
+struct StageCopier {
+  static constexpr int kChunks = kRows * 8;
+  static constexpr int kIters = (kChunks + kSkinnyThreads - 1) / kSkinnyThreads;
+  const __nv_bfloat16* from[kIters];  // this thread's rows at its chunk of step 0
+  uint32_t to[kIters];                // its chunks' offsets in a stage
+  bool row_ok[kIters], active[kIters];
+  int col;  // its chunk's first column within a step
+
+  __device__ __forceinline__ StageCopier(const __nv_bfloat16* src, int row0, int limit_rows,
+                                         int k) {
+    col = (threadIdx.x & 7) * 8;  // kSkinnyThreads is a multiple of 8: the same chunk always
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int i = threadIdx.x + it * kSkinnyThreads;
+      const int row = i >> 3;
+      const int grow = StageRow<kGated>(row, row0, limit_rows);
+      active[it] = kChunks % kSkinnyThreads == 0 || i < kChunks;
+      row_ok[it] = grow >= 0;
+      from[it] = Opaque(row_ok[it] ? src + static_cast<int64_t>(grow) * k + col : src);
+      to[it] = Opaque(SwizzledChunk(row, threadIdx.x & 7));
+    }
+  }
+  __device__ __forceinline__ void Copy(uint32_t stage, int kt, int k) const {
+    const int offset = kt * kSkinnyStepK;
+    const bool col_ok = offset + col < k;
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      if (!active[it]) break;
+      const bool valid = row_ok[it] && col_ok;
+      CpAsync16(stage + to[it], valid ? from[it] + offset : from[it], valid ? 16 : 0);
+    }
+  }
+};
 
 __device__ __forceinline__ void LdMatrixX2(uint32_t& r0, uint32_t& r1, uint32_t address) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
@@ -134,11 +172,11 @@ __global__ void __launch_bounds__(kSkinnyThreads) SkinnyGemmKernel(const SkinnyG
   const int kt0 = static_cast<int>(static_cast<int64_t>(split) * a.k_steps / a.splits);
   const int iters = static_cast<int>(static_cast<int64_t>(split + 1) * a.k_steps / a.splits) - kt0;
   const int w_row0 = tile * (kGated ? kSkinnyRowsW / 2 : kSkinnyRowsW);
+  const StageCopier<kSkinnyRowsW, kGated> w_copier(a.w, w_row0, a.n, a.k);
+  const StageCopier<kTokRows> x_copier(a.x, 0, a.m, a.k);
   auto load = [&](int slot, int kt, bool with_w, bool with_x) {
-    if (with_w) {
-      LoadStage<kSkinnyRowsW, kGated>(w_base + slot * kWBytes, a.w, w_row0, a.n, a.k, kt);
-    }
-    if (with_x) LoadStage<kTokRows>(x_base + slot * kXBytes, a.x, 0, a.m, a.k, kt);
+    if (with_w) w_copier.Copy(w_base + slot * kWBytes, kt, a.k);
+    if (with_x) x_copier.Copy(x_base + slot * kXBytes, kt, a.k);
   };
 
   // Prologue: w of the first kStages - 1 steps (one group), then, once the previous kernel is
@@ -251,6 +289,24 @@ __global__ void __launch_bounds__(kSkinnyThreads) SkinnyGemmKernel(const SkinnyG
     if (threadIdx.x == 0) a.counters[tile] = 0;  // re-armed for the next launch
   };
 
+  // This thread's ldmatrix offsets within a stage, for its two 16-column MMA steps kk =
+  // 2·khalf + h. A: w rows 16·warp + [0, 16), k chunks 2kk, 2kk + 1: matrix j = lane / 8 holds
+  // rows 8·(j & 1) + lane % 8 of chunk 2kk + j / 2. B of x rows 8t + [0, 16) (t even): matrix j
+  // holds rows 8(t + j / 2) + lane % 8 of chunk 2kk + j % 2; a last odd tile alone: chunks 2kk
+  // (b0) and 2kk + 1 (b1) of rows 8t + lane % 8.
+  const int j = lane >> 3;
+  uint32_t a_at[2], b_at[2][kTok / 2 > 0 ? kTok / 2 : 1], odd_at[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int kk = 2 * khalf + h;
+    a_at[h] = Opaque(SwizzledChunk(warp * 16 + (lane & 7) + (j & 1) * 8, kk * 2 + (j >> 1)));
+#pragma unroll
+    for (int t = 0; t + 1 < kTok; t += 2) {
+      b_at[h][t / 2] = Opaque(SwizzledChunk((t + (j >> 1)) * 8 + (lane & 7), kk * 2 + (j & 1)));
+    }
+    odd_at[h] = Opaque(SwizzledChunk((kTok - 1) * 8 + (lane & 7), kk * 2 + (j & 1)));
+  }
+
   int slot = 0, load_slot = kStages - 1;
   for (int i = 0; i < iters; ++i) {
     CpAsyncWait<kStages - 2>();
@@ -261,25 +317,19 @@ __global__ void __launch_bounds__(kSkinnyThreads) SkinnyGemmKernel(const SkinnyG
 
     const uint32_t ws = w_base + slot * kWBytes, xs = x_base + slot * kXBytes;
 #pragma unroll
-    for (int kk = 2 * khalf; kk < 2 * khalf + 2; ++kk) {
-      // A: w rows 16·warp + [0, 16), k chunks 2kk, 2kk + 1: matrix j = lane / 8 holds rows
-      // 8·(j & 1) + lane % 8 of chunk 2kk + j / 2.
-      const int j = lane >> 3;
+    for (int h = 0; h < 2; ++h) {
       uint32_t af[4];
-      LdMatrixX4(af, ws + SwizzledChunk(warp * 16 + (lane & 7) + (j & 1) * 8, kk * 2 + (j >> 1)));
-      // B of x rows 8t + [0, 16): matrix j holds rows 8(t + j / 2) + lane % 8 of chunk
-      // 2kk + j % 2.
+      LdMatrixX4(af, ws + a_at[h]);
 #pragma unroll
       for (int t = 0; t + 1 < kTok; t += 2) {
         uint32_t b[4];
-        LdMatrixX4(b, xs + SwizzledChunk((t + (j >> 1)) * 8 + (lane & 7), kk * 2 + (j & 1)));
+        LdMatrixX4(b, xs + b_at[h][t / 2]);
         MmaBf16(acc[t], af, b[0], b[1]);
         MmaBf16(acc[t + 1], af, b[2], b[3]);
       }
       if constexpr (kTok % 2 == 1) {
-        // The last 8 x rows alone: chunks 2kk (b0) and 2kk + 1 (b1).
         uint32_t b0, b1;
-        LdMatrixX2(b0, b1, xs + SwizzledChunk((kTok - 1) * 8 + (lane & 7), kk * 2 + (j & 1)));
+        LdMatrixX2(b0, b1, xs + odd_at[h]);
         MmaBf16(acc[kTok - 1], af, b0, b1);
       }
     }
