@@ -4,8 +4,6 @@
 #include <cmath>
 #include <utility>
 
-#include "common/model/top_k.h"
-
 namespace treespec {
 namespace {
 
@@ -43,10 +41,16 @@ absl::Span<const Candidate> PerDepthCandidates::Children(int32_t key) const {
   return ranked_[key];
 }
 
+std::vector<Candidate> CandidatesOf(absl::Span<const TokenLogProb> ranked, int k) {
+  std::vector<Candidate> out;
+  const size_t n = std::min(ranked.size(), static_cast<size_t>(std::max(k, 0)));
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) out.push_back(Candidate{ranked[i].token, ranked[i].logprob, 0});
+  return out;
+}
+
 std::vector<Candidate> PerDepthCandidates::TopK(absl::Span<const float> logprobs, int k) {
-  std::vector<Candidate> top;
-  for (const TokenLogProb& t : TopKLogProbs(logprobs, k)) top.push_back({t.token, t.logprob, 0});
-  return top;
+  return CandidatesOf(TopKLogProbs(logprobs, k), k);
 }
 
 DraftedTree BuildDdTree(const CandidateSource& source, int32_t root_key, const DraftLimits& limits,

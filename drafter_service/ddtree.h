@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "common/model/top_k.h"
 #include "common/tree/token_tree.h"
 #include "drafter_service/drafter.h"
 
@@ -27,6 +28,10 @@ struct Candidate {
   // to ask for its own children.
   int32_t key = 0;
 };
+
+// The first `k` of ranked (token, log-prob) pairs as candidates (keys 0: a CandidateSource sets
+// its own).
+std::vector<Candidate> CandidatesOf(absl::Span<const TokenLogProb> ranked, int k);
 
 // Where the candidates come from: a trie (ngram), an expanded model tree (draft model), or
 // per-depth marginals (DFlash).

@@ -65,6 +65,21 @@ TEST(TopKTest, MatchesSort) {
   EXPECT_EQ(tied[2].token, 0);
 }
 
+TEST(CandidatesOfTest, TakesTheFirstKInOrder) {
+  const std::vector<TokenLogProb> ranked = {{7, -0.1f}, {2, -0.5f}, {9, -2.0f}};
+  const std::vector<Candidate> two = CandidatesOf(ranked, 2);
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(two[0].token, 7);
+  EXPECT_EQ(two[0].logprob, -0.1f);
+  EXPECT_EQ(two[1].token, 2);
+  EXPECT_EQ(two[1].logprob, -0.5f);
+  EXPECT_EQ(two[0].key, 0);
+  EXPECT_EQ(two[1].key, 0);
+  EXPECT_EQ(CandidatesOf(ranked, 10).size(), 3u);  // k past the list: all of it
+  EXPECT_THAT(CandidatesOf(ranked, 0), IsEmpty());
+  EXPECT_THAT(CandidatesOf(ranked, -1), IsEmpty());
+}
+
 // On per-depth marginals the builder returns exactly the top-B prefixes by product of
 // probabilities, found here by enumerating every prefix.
 TEST(BuildDdTreeTest, PerDepthEqualsBruteForceTopB) {

@@ -18,16 +18,6 @@ constexpr int64_t kMaxLogitFloats = int64_t{1} << 24;
 // Appends of at most this many tokens rank all their rows (see AppendJob).
 constexpr int kRankAllRows = 16;
 
-// The first k of a ranked list as DDTree candidates (keys are filled in by the tree).
-std::vector<Candidate> Ranked(absl::Span<const TokenLogProb> top, int k) {
-  std::vector<Candidate> out;
-  out.reserve(std::min<size_t>(k, top.size()));
-  for (size_t i = 0; i < top.size() && static_cast<int>(i) < k; ++i) {
-    out.push_back(Candidate{top[i].token, top[i].logprob, 0});
-  }
-  return out;
-}
-
 // Candidate prefixes of the tree mode: node 0 is the bonus; every expanded node carries the
 // top-K of its next-token distribution. Keys are node indices.
 class ExpandedTree final : public CandidateSource {
@@ -155,7 +145,7 @@ class DraftModelSession::TreeJob final : public DraftingJob {
   }
   absl::Status OnForward(CausalLm&, std::vector<std::vector<TokenLogProb>> ranked) override {
     for (size_t r = 0; r < expand_.size(); ++r) {
-      candidates_.SetChildren(expand_[r], Ranked(ranked.at(r), k_));
+      candidates_.SetChildren(expand_[r], CandidatesOf(ranked.at(r), k_));
     }
     ++depth_;
     return absl::OkStatus();
@@ -170,7 +160,7 @@ class DraftModelSession::TreeJob final : public DraftingJob {
       return;
     }
     k_ = std::min(s_.options_.top_k > 0 ? s_.options_.top_k : limits_.tree_budget, s_.vocab_size_);
-    candidates_.SetChildren(0, Ranked(s_.last_top_, k_));
+    candidates_.SetChildren(0, CandidatesOf(s_.last_top_, k_));
     forwarded_.seq = s_.seq_;
     forwarded_.committed_len = s_.committed_len_;
   }
