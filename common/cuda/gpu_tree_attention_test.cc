@@ -319,6 +319,14 @@ TEST_F(TreeAttentionTest, BadBatchesAreRefusedWithAReason) {
   options.head_dim = 96;
   EXPECT_EQ(gpu::TreeAttention::Create(options).status().code(),
             absl::StatusCode::kInvalidArgument);
+
+  // A page of every KV head must fit the kernel's 32-bit byte offsets: 8 heads × 2^20 slots × 128
+  // × 2 bytes is 2 GiB.
+  options.head_dim = 128;
+  options.page_size = 1 << 20;
+  status = gpu::TreeAttention::Create(options).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("use smaller pages"), std::string::npos) << status;
 }
 
 }  // namespace

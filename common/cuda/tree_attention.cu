@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -123,6 +124,12 @@ absl::StatusOr<std::unique_ptr<TreeAttention>> TreeAttention::Create(
   if (lim.max_seqs < 1 || lim.max_pages < 1 || lim.max_mask_words < 0 || lim.max_items < 1 ||
       lim.max_partials < 0) {
     return absl::InvalidArgumentError("tree attention: every limit must be positive");
+  }
+  // The kernel addresses a page (all KV heads) with 32-bit byte offsets.
+  if (static_cast<int64_t>(options.heads.num_kv_heads) * options.page_size * d * 2 > INT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tree attention: a page of ", options.page_size, " slots × ", options.heads.num_kv_heads,
+        " KV heads × head_dim ", d, " exceeds 2 GiB; use smaller pages"));
   }
   // The heads and page size are checked by planning an empty batch.
   if (auto empty = PlanTreeAttention({}, options.heads, options.page_size, options.pool_pages, lim,

@@ -260,40 +260,60 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
   constexpr int kRowBytes = kWgmma ? 128 : D * 2;  // between rows of a K/V stage
   static_assert(kKeyStride % 8 == 0, "a thread's keys share their swizzle (row % 8)");
   constexpr int kPageLoads = kKeysPerThread / kKeysPerPage;
-  const int64_t page_bytes = static_cast<int64_t>(args.kv.num_kv_heads) * args.kv.page_size * D * 2;
-  const int64_t head_bytes =
+  constexpr int kStageBytes = kTileElems * 2;
+  // Everything of a thread's copies that does not depend on the tile is worked out here, once
+  // (in the loop, recomputed per tile, it was ~240 of the ~550 instructions a warp issued per
+  // tile: docs/performance.md). A tile's first key is a multiple of 64 and its keys lie in pages
+  // of >= 16, so the page-table entry of the thread's key group p (16 keys from key_off[p] down
+  // to a multiple of 16, all in one page) is (tile's first key >> page_shift) + page_step[p],
+  // and its bytes sit (tile's first key & slot_mask) + slot_off[p] slots into that page, key
+  // q of the group q·kKeyStride slots further. Page bytes fit 32 bits (TreeAttention::Create).
+  const uint32_t page_bytes =
+      static_cast<uint32_t>(args.kv.num_kv_heads * args.kv.page_size * D * 2);
+  int key_off[kPageLoads], page_step[kPageLoads];
+  uint32_t slot_off[kPageLoads];
+#pragma unroll
+  for (int p = 0; p < kPageLoads; ++p) {
+    key_off[p] = my_key + p * kKeysPerPage * kKeyStride;
+    page_step[p] = key_off[p] >> page_shift;
+    slot_off[p] = static_cast<uint32_t>((key_off[p] & slot_mask) * D * 2);
+  }
+  const char* const k_base =
+      reinterpret_cast<const char*>(args.kv.k) +
       (static_cast<int64_t>(item.kv_head) * args.kv.page_size * D + my_chunk * 8) * 2;
-  const char* const k_base = reinterpret_cast<const char*>(args.kv.k) + head_bytes;
-  const char* const v_base = reinterpret_cast<const char*>(args.kv.v) + head_bytes;
+  const int64_t v_minus_k =
+      reinterpret_cast<const char*>(args.kv.v) - reinterpret_cast<const char*>(args.kv.k);
+  const uint32_t k_smem0 =
+      SharedAddress(k_smem + TileOffset<D, kAttnTileKeys, kWgmma>(my_key, my_chunk));
+  const uint32_t v_smem0 = k_smem0 + kStages * kStageBytes;  // v_smem = k_smem + the K stages
   auto fetch_pages = [&](int tile, int(&page)[kPageLoads]) {
+    const int tile_key0 = item.key_begin + tile * kAttnTileKeys;
+    const int keys_left = tile < num_key_tiles ? item.key_end - tile_key0 : 0;
+    const int page0 = tile_key0 >> page_shift;
 #pragma unroll
     for (int p = 0; p < kPageLoads; ++p) {
-      const int key =
-          item.key_begin + tile * kAttnTileKeys + my_key + p * kKeysPerPage * kKeyStride;
-      page[p] = tile < num_key_tiles && key < item.key_end ? pages[key >> page_shift] : 0;
+      page[p] = key_off[p] < keys_left ? pages[page0 + page_step[p]] : 0;
     }
   };
   auto issue_copies = [&](int tile, const int(&page)[kPageLoads]) {
-    const int stage = tile % kStages;
-    const uint32_t ks = SharedAddress(k_smem + stage * kTileElems +
-                                      TileOffset<D, kAttnTileKeys, kWgmma>(my_key, my_chunk));
-    const uint32_t vs = SharedAddress(v_smem + stage * kTileElems +
-                                      TileOffset<D, kAttnTileKeys, kWgmma>(my_key, my_chunk));
+    const uint32_t stage_bytes = static_cast<uint32_t>(tile % kStages) * kStageBytes;
+    const uint32_t ks = k_smem0 + stage_bytes, vs = v_smem0 + stage_bytes;
     const int tile_key0 = item.key_begin + tile * kAttnTileKeys;
     const int keys_left = item.key_end - tile_key0;  // keys of the tile below key_end
-    const int tile_slot = tile_key0 & slot_mask;     // 0 unless pages exceed 64 keys
+    const uint32_t tile_off =
+        static_cast<uint32_t>((tile_key0 & slot_mask) * D * 2);  // 0 unless pages exceed 64 keys
 #pragma unroll
     for (int p = 0; p < kPageLoads; ++p) {
-      const char* const k_page = k_base + page[p] * page_bytes;
-      const char* const v_page = v_base + page[p] * page_bytes;
+      const char* const k_at = k_base +
+                               static_cast<uint64_t>(static_cast<uint32_t>(page[p])) * page_bytes +
+                               (slot_off[p] + tile_off);
+      const char* const v_at = k_at + v_minus_k;
 #pragma unroll
       for (int q = 0; q < kKeysPerPage; ++q) {
         const int j = p * kKeysPerPage + q;
-        const int r = my_key + j * kKeyStride;  // row of the tile; same swizzle as my_key
-        const int slot_bytes = ((tile_slot + (r & slot_mask)) * D) * 2;
-        const int bytes = r < keys_left ? 16 : 0;
-        CpAsync16(ks + j * kKeyStride * kRowBytes, k_page + slot_bytes, bytes);
-        CpAsync16(vs + j * kKeyStride * kRowBytes, v_page + slot_bytes, bytes);
+        const int bytes = key_off[p] + q * kKeyStride < keys_left ? 16 : 0;
+        CpAsync16(ks + j * kKeyStride * kRowBytes, k_at + q * kKeyStride * D * 2, bytes);
+        CpAsync16(vs + j * kKeyStride * kRowBytes, v_at + q * kKeyStride * D * 2, bytes);
       }
     }
   };
@@ -357,7 +377,12 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
   // The wgmma path's accumulators as the flat register arrays the instructions take: element
   // (8-column tile t, e) is [4t + e], the layout of the mma.sync arrays.
   float(&o_flat)[kDTiles * 4] = reinterpret_cast<float(&)[kDTiles * 4]>(o);
-  const int warpgroup = warp / 4;
+  const int warpgroup = kRows == 64 ? 0 : warp / 4;
+  // The wgmma path's descriptors of the warpgroup's Q rows and of stage 0's K and V; a stage or a
+  // k step moves them by its byte offset (GmmaDescriptorPlus).
+  const uint64_t q_desc0 = GmmaDescriptor(SharedAddress(q_smem) + warpgroup * 64 * 128, 16, 1024);
+  const uint64_t k_desc0 = GmmaDescriptor(SharedAddress(k_smem), 16, 1024);
+  const uint64_t v_desc0 = GmmaDescriptor(SharedAddress(v_smem), kAttnTileKeys * 128, 1024);
 
   for (int tile = 0; tile < num_key_tiles; ++tile) {
     CpAsyncWait<kStages - 2>();
@@ -377,15 +402,13 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
       float(&s_flat)[kNTiles * 4] = reinterpret_cast<float(&)[kNTiles * 4]>(s);
 #pragma unroll
       for (int i = 0; i < kNTiles * 4; ++i) s_flat[i] = 0.0f;  // (overwritten: defined inputs)
-      const uint32_t q_rows = SharedAddress(q_smem) + warpgroup * 64 * 128;
-      const uint32_t k_rows = SharedAddress(ks);
+      const uint64_t k_desc = GmmaDescriptorPlus(k_desc0, (tile % kStages) * kTileElems * 2);
       WgmmaFence();
 #pragma unroll
       for (int kk = 0; kk < kKTiles; ++kk) {
         const uint32_t at = (kk % 4) * 32;  // k16 step along the 128-byte row
-        const uint64_t desc_q = GmmaDescriptor(q_rows + (kk / 4) * kRows * 128 + at, 16, 1024);
-        const uint64_t desc_k =
-            GmmaDescriptor(k_rows + (kk / 4) * kAttnTileKeys * 128 + at, 16, 1024);
+        const uint64_t desc_q = GmmaDescriptorPlus(q_desc0, (kk / 4) * kRows * 128 + at);
+        const uint64_t desc_k = GmmaDescriptorPlus(k_desc, (kk / 4) * kAttnTileKeys * 128 + at);
         WgmmaM64N64K16SS(s_flat, desc_q, desc_k, kk > 0);
       }
       WgmmaCommit();
@@ -417,6 +440,7 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
       }
     }
 
+    uint32_t p[kNTiles][2];  // bf16 pairs: [n tile][row g, row g + 8]
     // Mask (only tiles that reach the tree slots or the end of the range), then the online
     // softmax in fp32 (P is rounded to bf16 for P·V only).
     const int key0 = item.key_begin + tile * kAttnTileKeys;
@@ -444,7 +468,6 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
         }
       }
     }
-    uint32_t p[kNTiles][2];  // bf16 pairs: [n tile][row g, row g + 8]
     float correction[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -482,14 +505,14 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
     // O += P · V: P's accumulator layout is the A-fragment layout of m16n8k16 (and of wgmma's
     // register A operand).
     if constexpr (kWgmma) {
-      const uint32_t v_rows = SharedAddress(vs);
+      const uint64_t v_desc = GmmaDescriptorPlus(v_desc0, (tile % kStages) * kTileElems * 2);
       WgmmaPinRegisters(o_flat);
       WgmmaFence();
 #pragma unroll
       for (int kk = 0; kk < kAttnTileKeys / 16; ++kk) {
         const uint32_t a[4] = {p[2 * kk][0], p[2 * kk][1], p[2 * kk + 1][0], p[2 * kk + 1][1]};
         // 16 keys = two groups of 8 rows; the 64-column halves are 64 rows × 128 bytes apart.
-        const uint64_t desc_v = GmmaDescriptor(v_rows + kk * 16 * 128, kAttnTileKeys * 128, 1024);
+        const uint64_t desc_v = GmmaDescriptorPlus(v_desc, kk * 16 * 128);
         if constexpr (D == 128) {
           WgmmaM64N128K16RS(o_flat, a, desc_v, 1);
         } else {

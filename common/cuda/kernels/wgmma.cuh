@@ -44,6 +44,14 @@ __device__ __forceinline__ uint64_t GmmaDescriptor(uint32_t smem_address, uint32
          (static_cast<uint64_t>(sbo_bytes >> 4) << 32) | (uint64_t{1} << 62);
 }
 
+// desc with its start address moved by byte_offset (a multiple of 16): one add to the low word,
+// which cannot carry into the leading byte offset since shared addresses are below 256 KiB. Base
+// descriptors worked out once and moved per stage and k step cost an instruction each, where
+// GmmaDescriptor from an address costs four (mask, shift, or, and the constant high word).
+__device__ __forceinline__ uint64_t GmmaDescriptorPlus(uint64_t desc, uint32_t byte_offset) {
+  return (desc & 0xFFFFFFFF00000000ull) | (static_cast<uint32_t>(desc) + (byte_offset >> 4));
+}
+
 __device__ __forceinline__ void WgmmaUnavailable() {
 #if defined(__CUDA_ARCH__)
   __trap();
