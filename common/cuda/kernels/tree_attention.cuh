@@ -15,19 +15,21 @@
 // Shared memory rows are 16-byte chunks XOR-swizzled by row so that the 8 row addresses of
 // every ldmatrix hit 8 different bank groups.
 //
-// The wgmma path (kWgmma, sm_90a, head dim 64 or 128; kernels/wgmma.cuh): the same CTA work, the
-// same pipeline, softmax and masking, but each warpgroup (4 warps, 64 rows) computes S = Q·Kᵀ
-// with Q and K read by the tensor cores straight from shared memory, and O += P·V with P from
-// registers: one instruction per 16 columns of the reduction instead of a warp's ldmatrix and
-// mma.sync per 16 × 8 × 16 block. Tiles are stored as 128-byte-swizzled halves of 64 columns
-// (GmmaTileOffset), 1024-byte aligned. A warpgroup computes its 64 rows whether or not all are
-// valid (a tile of one node's 4 rows computes 64).
+// The wgmma path (kWgmma, sm_90a, head dim 64 or 128; kernels/wgmma.cuh): the same CTA work,
+// softmax and masking, but each warpgroup (4 warps, 64 rows) computes S = Q·Kᵀ with Q and K read
+// by the tensor cores straight from shared memory, and O += P·V with P from registers: one
+// instruction per 16 columns of the reduction instead of a warp's ldmatrix and mma.sync per
+// 16 × 8 × 16 block. S of the next key tile is issued with P·V of this one (so K streams one
+// tile ahead of V through the same stages). Tiles are stored as 128-byte-swizzled halves of 64
+// columns (GmmaTileOffset), 1024-byte aligned. A warpgroup computes its 64 rows whether or not
+// all are valid (a tile of one node's 4 rows computes 64).
 #ifndef TREESPEC_COMMON_CUDA_KERNELS_TREE_ATTENTION_CUH_
 #define TREESPEC_COMMON_CUDA_KERNELS_TREE_ATTENTION_CUH_
 
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/cuda/kernels/common.cuh"
 #include "common/cuda/kernels/mma.cuh"
@@ -295,7 +297,8 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
       page[p] = key_off[p] < keys_left ? pages[page0 + page_step[p]] : 0;
     }
   };
-  auto issue_copies = [&](int tile, const int(&page)[kPageLoads]) {
+  // The copies of key tile `tile`'s K rows (with_k) and V rows (with_v) into their stages.
+  auto issue_copies = [&](int tile, const int(&page)[kPageLoads], bool with_k, bool with_v) {
     const uint32_t stage_bytes = static_cast<uint32_t>(tile % kStages) * kStageBytes;
     const uint32_t ks = k_smem0 + stage_bytes, vs = v_smem0 + stage_bytes;
     const int tile_key0 = item.key_begin + tile * kAttnTileKeys;
@@ -312,8 +315,10 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
       for (int q = 0; q < kKeysPerPage; ++q) {
         const int j = p * kKeysPerPage + q;
         const int bytes = key_off[p] + q * kKeyStride < keys_left ? 16 : 0;
-        CpAsync16(ks + j * kKeyStride * kRowBytes, k_at + q * kKeyStride * D * 2, bytes);
-        CpAsync16(vs + j * kKeyStride * kRowBytes, v_at + q * kKeyStride * D * 2, bytes);
+        if (with_k)
+          CpAsync16(ks + j * kKeyStride * kRowBytes, k_at + q * kKeyStride * D * 2, bytes);
+        if (with_v)
+          CpAsync16(vs + j * kKeyStride * kRowBytes, v_at + q * kKeyStride * D * 2, bytes);
       }
     }
   };
@@ -325,7 +330,7 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
   fetch_pages(0, next_pages);
   const bool first_tile_early =
       num_key_tiles > 0 && min(item.key_end, item.key_begin + kAttnTileKeys) <= item.prefix_len;
-  if (first_tile_early) issue_copies(0, next_pages);
+  if (first_tile_early) issue_copies(0, next_pages, true, true);
   WaitForPriorGrid();
   // Query tile: row r is node first_query + (row_begin + r) / heads_here, head
   // q_head0 + (row_begin + r) % heads_here; rows past the end read zeros.
@@ -340,15 +345,26 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
         chunk * 8;
     CpAsync16(SharedAddress(q_smem + TileOffset<D, kRows, kWgmma>(r, chunk)), src, valid ? 16 : 0);
   }
-  if (!first_tile_early && num_key_tiles > 0) issue_copies(0, next_pages);
-  CpAsyncCommit();  // group 0: Q and the first tile
+  if (!first_tile_early && num_key_tiles > 0) issue_copies(0, next_pages, true, true);
+  CpAsyncCommit();  // Q and the first tile
+  // The wgmma path computes S of the next tile before the softmax of this one, so K runs one
+  // tile ahead of V: group u (u >= 0) holds K of tile u + 1 and V of tile u (V of tile 0 came
+  // with Q), and v_pages are the page ids of the V tile to issue next. The mma.sync path keeps
+  // K and V of a tile in one group (group t, t >= 1, holds tile t).
+  int v_pages[kPageLoads];
 #pragma unroll
-  for (int t = 1; t < kStages - 1; ++t) {
-    fetch_pages(t, next_pages);
-    if (t < num_key_tiles) issue_copies(t, next_pages);
-    CpAsyncCommit();  // group t; empty past the last tile
+  for (int t = kWgmma ? 0 : 1; t < kStages - 1; ++t) {
+#pragma unroll
+    for (int p = 0; p < kPageLoads; ++p) v_pages[p] = next_pages[p];
+    const int k_tile = kWgmma ? t + 1 : t;
+    fetch_pages(k_tile, next_pages);
+    if (k_tile < num_key_tiles) issue_copies(k_tile, next_pages, true, !kWgmma);
+    if (kWgmma && t >= 1 && t < num_key_tiles) issue_copies(t, v_pages, false, true);
+    CpAsyncCommit();  // empty past the last tile
   }
-  fetch_pages(kStages - 1, next_pages);
+#pragma unroll
+  for (int p = 0; p < kPageLoads; ++p) v_pages[p] = next_pages[p];
+  fetch_pages(kWgmma ? kStages : kStages - 1, next_pages);
 
   // This thread's two rows of the warp's 16: g and g + 8.
   const int g = lane / 4, c = 2 * (lane % 4);
@@ -384,91 +400,79 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
   const uint64_t k_desc0 = GmmaDescriptor(SharedAddress(k_smem), 16, 1024);
   const uint64_t v_desc0 = GmmaDescriptor(SharedAddress(v_smem), kAttnTileKeys * 128, 1024);
 
-  for (int tile = 0; tile < num_key_tiles; ++tile) {
-    CpAsyncWait<kStages - 2>();
-    if constexpr (kWgmma) FenceProxyAsyncShared();  // the copies, to the tensor cores' reads
-    __syncthreads();  // tile's stage is full; every warp is done with the previous stage
-    if (tile + kStages - 1 < num_key_tiles) issue_copies(tile + kStages - 1, next_pages);
-    CpAsyncCommit();
-    fetch_pages(tile + kStages, next_pages);
-    const __nv_bfloat16* const ks = k_smem + (tile % kStages) * kTileElems;
-    const __nv_bfloat16* const vs = v_smem + (tile % kStages) * kTileElems;
-
-    // S = Q · Kᵀ for the warp's 16 rows × the tile's keys.
-    float s[kNTiles][4];
-    if constexpr (kWgmma) {
-      // The warpgroup's 64 rows at once; all four warps issue it (padding rows too).
-      if (warpgroup * 64 >= rows_here) continue;  // copies only
-      float(&s_flat)[kNTiles * 4] = reinterpret_cast<float(&)[kNTiles * 4]>(s);
+  // S = Q·Kᵀ of key tile `tile` for the warpgroup's 64 rows (the wgmma path), issued and not
+  // waited for: all four warps issue it (padding rows too).
+  auto issue_s = [&](int tile, float(&s)[kNTiles][4]) {
+    float(&s_flat)[kNTiles * 4] = reinterpret_cast<float(&)[kNTiles * 4]>(s);
 #pragma unroll
-      for (int i = 0; i < kNTiles * 4; ++i) s_flat[i] = 0.0f;  // (overwritten: defined inputs)
-      const uint64_t k_desc = GmmaDescriptorPlus(k_desc0, (tile % kStages) * kTileElems * 2);
-      WgmmaFence();
+    for (int i = 0; i < kNTiles * 4; ++i) s_flat[i] = 0.0f;  // (overwritten: defined inputs)
+    const uint64_t k_desc = GmmaDescriptorPlus(k_desc0, (tile % kStages) * kTileElems * 2);
+    WgmmaFence();
 #pragma unroll
-      for (int kk = 0; kk < kKTiles; ++kk) {
-        const uint32_t at = (kk % 4) * 32;  // k16 step along the 128-byte row
-        const uint64_t desc_q = GmmaDescriptorPlus(q_desc0, (kk / 4) * kRows * 128 + at);
-        const uint64_t desc_k = GmmaDescriptorPlus(k_desc, (kk / 4) * kAttnTileKeys * 128 + at);
-        WgmmaM64N64K16SS(s_flat, desc_q, desc_k, kk > 0);
-      }
-      WgmmaCommit();
-      WgmmaWait<0>();
-      WgmmaPinRegisters(s_flat);
-    } else {
-      if (warp * 16 >= rows_here) continue;  // this warp's rows are all padding: copies only
-      if (tile == 0) {
+    for (int kk = 0; kk < kKTiles; ++kk) {
+      const uint32_t at = (kk % 4) * 32;  // k16 step along the 128-byte row
+      const uint64_t desc_q = GmmaDescriptorPlus(q_desc0, (kk / 4) * kRows * 128 + at);
+      const uint64_t desc_k = GmmaDescriptorPlus(k_desc, (kk / 4) * kAttnTileKeys * 128 + at);
+      WgmmaM64N64K16SS(s_flat, desc_q, desc_k, kk > 0);
+    }
+    WgmmaCommit();
+  };
+  auto pin_s = [&](float(&s)[kNTiles][4]) {
+    WgmmaPinRegisters(reinterpret_cast<float(&)[kNTiles * 4]>(s));
+  };
+  // O += P · V of key tile `tile` (the wgmma path), issued and not waited for. P's accumulator
+  // layout is the A-fragment layout of m16n8k16, which wgmma's register A operand takes.
+  auto issue_pv = [&](int tile, const uint32_t(&p)[kNTiles][2]) {
+    const uint64_t v_desc = GmmaDescriptorPlus(v_desc0, (tile % kStages) * kTileElems * 2);
+    WgmmaPinRegisters(o_flat);
+    WgmmaFence();
 #pragma unroll
-        for (int kk = 0; kk < kKTiles; ++kk) {
-          const int mi = lane / 8;
-          const int r = warp * 16 + (lane % 8) + (mi % 2) * 8;
-          LdMatrixX4(q_frag[kk], SharedAddress(q_smem + SwizzledOffset<D>(r, kk * 2 + mi / 2)));
-        }
-      }
-#pragma unroll
-      for (int t = 0; t < kNTiles; ++t) s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.0f;
-#pragma unroll
-      for (int kk = 0; kk < kKTiles; ++kk) {
-#pragma unroll
-        for (int np = 0; np < kNTiles / 2; ++np) {
-          const int mi = lane / 8;
-          const int key_row = (2 * np + mi / 2) * 8 + lane % 8;
-          uint32_t b[4];
-          LdMatrixX4(b, SharedAddress(ks + SwizzledOffset<D>(key_row, kk * 2 + mi % 2)));
-          MmaBf16(s[2 * np], q_frag[kk], b[0], b[1]);
-          MmaBf16(s[2 * np + 1], q_frag[kk], b[2], b[3]);
-        }
+    for (int kk = 0; kk < kAttnTileKeys / 16; ++kk) {
+      const uint32_t a[4] = {p[2 * kk][0], p[2 * kk][1], p[2 * kk + 1][0], p[2 * kk + 1][1]};
+      // 16 keys = two groups of 8 rows; the 64-column halves are 64 rows × 128 bytes apart.
+      const uint64_t desc_v = GmmaDescriptorPlus(v_desc, kk * 16 * 128);
+      if constexpr (D == 128) {
+        WgmmaM64N128K16RS(o_flat, a, desc_v, 1);
+      } else if constexpr (D == 64) {
+        WgmmaM64N64K16RS(o_flat, a, desc_v, 1);
       }
     }
-
-    uint32_t p[kNTiles][2];  // bf16 pairs: [n tile][row g, row g + 8]
-    // Mask (only tiles that reach the tree slots or the end of the range), then the online
-    // softmax in fp32 (P is rounded to bf16 for P·V only).
+    WgmmaCommit();
+  };
+  // Whether key tile `tile` reaches the tree slots or the end of the range, so that some of its
+  // keys are hidden from some rows.
+  auto needs_mask = [&](int tile) {
+    return item.key_begin + (tile + 1) * kAttnTileKeys > min(item.key_end, seq.prefix_len);
+  };
+  // Sets the scores of keys a row does not see to -inf.
+  auto apply_mask = [&](int tile, float(&s)[kNTiles][4]) {
     const int key0 = item.key_begin + tile * kAttnTileKeys;
-    if (key0 + kAttnTileKeys > min(item.key_end, seq.prefix_len)) {
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < 2; ++i) {
 #pragma unroll
-        for (int t = 0; t < kNTiles; ++t) {
+      for (int t = 0; t < kNTiles; ++t) {
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int key = key0 + t * 8 + c + e;
-            bool visible = key < item.key_end;
-            if (visible && key >= seq.prefix_len) {
-              const int j = key - seq.prefix_len;
-              if (!row_valid[i]) {
-                visible = false;
-              } else if (mask_rows[i] == nullptr) {
-                visible = j <= node[i];
-              } else {
-                visible = (mask_rows[i][j / 64] >> (j % 64)) & 1;
-              }
+        for (int e = 0; e < 2; ++e) {
+          const int key = key0 + t * 8 + c + e;
+          bool visible = key < item.key_end;
+          if (visible && key >= seq.prefix_len) {
+            const int j = key - seq.prefix_len;
+            if (!row_valid[i]) {
+              visible = false;
+            } else if (mask_rows[i] == nullptr) {
+              visible = j <= node[i];
+            } else {
+              visible = (mask_rows[i][j / 64] >> (j % 64)) & 1;
             }
-            if (!visible) s[t][2 * i + e] = -INFINITY;
           }
+          if (!visible) s[t][2 * i + e] = -INFINITY;
         }
       }
     }
-    float correction[2];
+  };
+  // The online softmax in fp32 of a key tile's (masked) scores: s becomes P in place, and
+  // `correction` the factors O's rows need before P·V adds to them (rescale_o).
+  auto softmax = [&](float(&s)[kNTiles][4], float(&correction)[2]) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       float row_max = -INFINITY;
@@ -483,15 +487,24 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
       float sum = 0.0f;
 #pragma unroll
       for (int t = 0; t < kNTiles; ++t) {
-        const float p0 = FastExp2(fmaf(s[t][2 * i], args.scale_log2, -offset));
-        const float p1 = FastExp2(fmaf(s[t][2 * i + 1], args.scale_log2, -offset));
-        p[t][i] = PackBf16(p0, p1);
-        sum += p0 + p1;
+        s[t][2 * i] = FastExp2(fmaf(s[t][2 * i], args.scale_log2, -offset));
+        s[t][2 * i + 1] = FastExp2(fmaf(s[t][2 * i + 1], args.scale_log2, -offset));
+        sum += s[t][2 * i] + s[t][2 * i + 1];
       }
       l[i] = l[i] * correction[i] + sum;
     }
-    // Rescale O only when some row's max moved (after the first tiles it rarely does; the
-    // correction is then exactly 1).
+  };
+  // P rounded to bf16 pairs, [n tile][row g, row g + 8]: the A fragments of P·V.
+  auto pack_p = [&](const float(&s)[kNTiles][4], uint32_t(&p)[kNTiles][2]) {
+#pragma unroll
+    for (int t = 0; t < kNTiles; ++t) {
+      p[t][0] = PackBf16(s[t][0], s[t][1]);
+      p[t][1] = PackBf16(s[t][2], s[t][3]);
+    }
+  };
+  // Rescales O only when some row's max moved (after the first tiles it rarely does; the
+  // correction is then exactly 1).
+  auto rescale_o = [&](const float(&correction)[2]) {
     if (__any_sync(0xffffffffu, correction[0] != 1.0f || correction[1] != 1.0f)) {
 #pragma unroll
       for (int t = 0; t < kDTiles; ++t) {
@@ -501,28 +514,113 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
         o[t][3] *= correction[1];
       }
     }
+  };
 
-    // O += P · V: P's accumulator layout is the A-fragment layout of m16n8k16 (and of wgmma's
-    // register A operand).
-    if constexpr (kWgmma) {
-      const uint64_t v_desc = GmmaDescriptorPlus(v_desc0, (tile % kStages) * kTileElems * 2);
-      WgmmaPinRegisters(o_flat);
-      WgmmaFence();
+  if constexpr (kWgmma) {
+    // A software pipeline per warpgroup: S of tile t + 1 and P·V of tile t are issued back to back,
+    // and the softmax of tile t + 1 starts while P·V is in flight. (ptxas places the wait for P·V
+    // after the softmax's row maxima and first exponentials, not after all of it, whatever the
+    // order in the source; the SASS and the A/B are in docs/performance.md.) The previous loop, S,
+    // softmax, P·V, each waited for, left the tensor cores idle through every softmax.
+    const bool computes = warpgroup * 64 < rows_here;  // else: copies only
+    float s[kNTiles][4];
+    uint32_t p[kNTiles][2];
+    float correction[2];
+    if (num_key_tiles > 0) {
+      CpAsyncWait<kStages - 1>();  // Q, and K and V of tile 0
+      FenceProxyAsyncShared();     // the copies, to the tensor cores' reads
+      __syncthreads();
+      if (computes) {
+        issue_s(0, s);
+        WgmmaWait<0>();
+        pin_s(s);
+        if (needs_mask(0)) apply_mask(0, s);
+        softmax(s, correction);  // s holds P of tile 0, packed by its step
+      }
+    }
+    // One tile's step. `more` and `mask_next` (compile-time bools) say that a next tile exists
+    // and that it needs the mask. As runtime branches between the wgmma waits, they made ptxas
+    // serialize every wgmma of the kernel (S's registers read on a path where S might be in
+    // flight) or wait for P·V at the mask's branch, ahead of the softmax.
+    auto step = [&](int tile, auto more, auto mask_next) {
+      CpAsyncWait<kStages - 2>();  // K of tile + 1, V of tile
+      FenceProxyAsyncShared();
+      __syncthreads();  // all are done with S of tile and P·V of tile - 1: their slots are free
+      if (tile + kStages < num_key_tiles) issue_copies(tile + kStages, next_pages, true, false);
+      if (tile + kStages - 1 < num_key_tiles)
+        issue_copies(tile + kStages - 1, v_pages, false, true);
+      CpAsyncCommit();
 #pragma unroll
-      for (int kk = 0; kk < kAttnTileKeys / 16; ++kk) {
-        const uint32_t a[4] = {p[2 * kk][0], p[2 * kk][1], p[2 * kk + 1][0], p[2 * kk + 1][1]};
-        // 16 keys = two groups of 8 rows; the 64-column halves are 64 rows × 128 bytes apart.
-        const uint64_t desc_v = GmmaDescriptorPlus(v_desc, kk * 16 * 128);
-        if constexpr (D == 128) {
-          WgmmaM64N128K16RS(o_flat, a, desc_v, 1);
-        } else {
-          WgmmaM64N64K16RS(o_flat, a, desc_v, 1);
+      for (int i = 0; i < kPageLoads; ++i) v_pages[i] = next_pages[i];
+      fetch_pages(tile + kStages + 1, next_pages);
+      if (!computes) return;
+      pack_p(s, p);  // P of tile, which s holds in fp32 since the softmax
+      if constexpr (decltype(more)::value) issue_s(tile + 1, s);
+      rescale_o(correction);
+      issue_pv(tile, p);
+      if constexpr (decltype(more)::value) {
+        WgmmaWait<1>();  // S of tile + 1; P·V of tile stays in flight
+        pin_s(s);
+        if constexpr (decltype(mask_next)::value) apply_mask(tile + 1, s);
+        softmax(s, correction);
+      }
+      WgmmaWait<0>();  // P·V of tile: its P registers are free
+      WgmmaPinRegisters(o_flat);
+    };
+    // Tiles from first_masked on reach the tree slots or the end of the range (needs_mask).
+    const int first_masked =
+        min(num_key_tiles,
+            max(0, (min(item.key_end, seq.prefix_len) - item.key_begin) / kAttnTileKeys));
+    int tile = 0;
+    for (; tile + 1 < first_masked; ++tile) step(tile, std::true_type{}, std::false_type{});
+    for (; tile + 1 < num_key_tiles; ++tile) step(tile, std::true_type{}, std::true_type{});
+    if (num_key_tiles > 0) step(num_key_tiles - 1, std::false_type{}, std::false_type{});
+  } else {
+    for (int tile = 0; tile < num_key_tiles; ++tile) {
+      CpAsyncWait<kStages - 2>();
+      __syncthreads();  // tile's stage is full; every warp is done with the previous stage
+      if (tile + kStages - 1 < num_key_tiles) {
+        issue_copies(tile + kStages - 1, next_pages, true, true);
+      }
+      CpAsyncCommit();
+      fetch_pages(tile + kStages, next_pages);
+      if (warp * 16 >= rows_here) continue;  // this warp's rows are all padding: copies only
+      const __nv_bfloat16* const ks = k_smem + (tile % kStages) * kTileElems;
+      const __nv_bfloat16* const vs = v_smem + (tile % kStages) * kTileElems;
+
+      // S = Q · Kᵀ for the warp's 16 rows × the tile's keys.
+      if (tile == 0) {
+#pragma unroll
+        for (int kk = 0; kk < kKTiles; ++kk) {
+          const int mi = lane / 8;
+          const int r = warp * 16 + (lane % 8) + (mi % 2) * 8;
+          LdMatrixX4(q_frag[kk], SharedAddress(q_smem + SwizzledOffset<D>(r, kk * 2 + mi / 2)));
         }
       }
-      WgmmaCommit();
-      WgmmaWait<0>();
-      WgmmaPinRegisters(o_flat);
-    } else {
+      float s[kNTiles][4];
+#pragma unroll
+      for (int t = 0; t < kNTiles; ++t) s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < kKTiles; ++kk) {
+#pragma unroll
+        for (int np = 0; np < kNTiles / 2; ++np) {
+          const int mi = lane / 8;
+          const int key_row = (2 * np + mi / 2) * 8 + lane % 8;
+          uint32_t b[4];
+          LdMatrixX4(b, SharedAddress(ks + SwizzledOffset<D>(key_row, kk * 2 + mi % 2)));
+          MmaBf16(s[2 * np], q_frag[kk], b[0], b[1]);
+          MmaBf16(s[2 * np + 1], q_frag[kk], b[2], b[3]);
+        }
+      }
+
+      float correction[2];
+      if (needs_mask(tile)) apply_mask(tile, s);
+      softmax(s, correction);
+      rescale_o(correction);
+      uint32_t p[kNTiles][2];
+      pack_p(s, p);
+
+      // O += P · V.
 #pragma unroll
       for (int kk = 0; kk < kAttnTileKeys / 16; ++kk) {
         const uint32_t a[4] = {p[2 * kk][0], p[2 * kk][1], p[2 * kk + 1][0], p[2 * kk + 1][1]};
