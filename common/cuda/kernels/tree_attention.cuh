@@ -253,23 +253,20 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
   const int* const pages = args.page_table + item.page_begin;
   const int page_shift = __ffs(args.kv.page_size) - 1;  // page sizes are powers of two
   const int slot_mask = args.kv.page_size - 1;
-  // Addresses in bytes. A thread's keys are my_key + j·kKeyStride of a 64-key tile whose first
-  // key is a multiple of 64; kKeyStride is a multiple of 8 and pages hold >= 16 keys, so keys
-  // j and j + 1 share a page when the stride is 8 (head dim 128 with 4 warps), and a key's slot
-  // is (the tile's first slot) + (its offset in the tile & slot_mask): the tile's first slot is
-  // 0 for pages of <= 64 keys, and the offset is below 64 otherwise.
   constexpr int kKeysPerPage = kKeyStride >= 16 ? 1 : 16 / kKeyStride;
   constexpr int kRowBytes = kWgmma ? 128 : D * 2;  // between rows of a K/V stage
   static_assert(kKeyStride % 8 == 0, "a thread's keys share their swizzle (row % 8)");
   constexpr int kPageLoads = kKeysPerThread / kKeysPerPage;
   constexpr int kStageBytes = kTileElems * 2;
-  // Everything of a thread's copies that does not depend on the tile is worked out here, once
-  // (in the loop, recomputed per tile, it was ~240 of the ~550 instructions a warp issued per
-  // tile: docs/performance.md). A tile's first key is a multiple of 64 and its keys lie in pages
-  // of >= 16, so the page-table entry of the thread's key group p (16 keys from key_off[p] down
-  // to a multiple of 16, all in one page) is (tile's first key >> page_shift) + page_step[p],
-  // and its bytes sit (tile's first key & slot_mask) + slot_off[p] slots into that page, key
-  // q of the group q·kKeyStride slots further. Page bytes fit 32 bits (TreeAttention::Create).
+  // A thread copies keys my_key + j·kKeyStride of every 64-key tile, and everything of those
+  // copies that does not depend on the tile is worked out here, once (recomputed per tile, it
+  // was ~240 of the ~550 instructions a warp issued per tile: docs/performance.md). A tile's
+  // first key is a multiple of 64, kKeyStride a multiple of 8, and pages hold >= 16 keys, so
+  // the thread's keys fall in groups of kKeysPerPage, one page each (two keys when the stride
+  // is 8: head dim 128 with 4 warps). Group p's page-table entry is (the tile's first key >>
+  // page_shift) + page_step[p], and its first key sits (the tile's first key & slot_mask) slots
+  // (0 unless pages exceed 64 keys) plus slot_off[p] bytes into that page, key q of the group
+  // q·kKeyStride slots further. Page bytes fit 32 bits (TreeAttention::Create).
   const uint32_t page_bytes =
       static_cast<uint32_t>(args.kv.num_kv_heads * args.kv.page_size * D * 2);
   int key_off[kPageLoads], page_step[kPageLoads];
@@ -406,7 +403,7 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
     float(&s_flat)[kNTiles * 4] = reinterpret_cast<float(&)[kNTiles * 4]>(s);
 #pragma unroll
     for (int i = 0; i < kNTiles * 4; ++i) s_flat[i] = 0.0f;  // (overwritten: defined inputs)
-    const uint64_t k_desc = GmmaDescriptorPlus(k_desc0, (tile % kStages) * kTileElems * 2);
+    const uint64_t k_desc = GmmaDescriptorPlus(k_desc0, (tile % kStages) * kStageBytes);
     WgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < kKTiles; ++kk) {
@@ -423,7 +420,7 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
   // O += P · V of key tile `tile` (the wgmma path), issued and not waited for. P's accumulator
   // layout is the A-fragment layout of m16n8k16, which wgmma's register A operand takes.
   auto issue_pv = [&](int tile, const uint32_t(&p)[kNTiles][2]) {
-    const uint64_t v_desc = GmmaDescriptorPlus(v_desc0, (tile % kStages) * kTileElems * 2);
+    const uint64_t v_desc = GmmaDescriptorPlus(v_desc0, (tile % kStages) * kStageBytes);
     WgmmaPinRegisters(o_flat);
     WgmmaFence();
 #pragma unroll
@@ -439,11 +436,11 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
     }
     WgmmaCommit();
   };
-  // Whether key tile `tile` reaches the tree slots or the end of the range, so that some of its
-  // keys are hidden from some rows.
-  auto needs_mask = [&](int tile) {
-    return item.key_begin + (tile + 1) * kAttnTileKeys > min(item.key_end, seq.prefix_len);
-  };
+  // Key tiles from first_masked on reach the tree slots or the end of the range, so that some of
+  // their keys are hidden from some rows (the mask is applied to those only).
+  const int first_masked =
+      min(num_key_tiles,
+          max(0, (min(item.key_end, seq.prefix_len) - item.key_begin) / kAttnTileKeys));
   // Sets the scores of keys a row does not see to -inf.
   auto apply_mask = [&](int tile, float(&s)[kNTiles][4]) {
     const int key0 = item.key_begin + tile * kAttnTileKeys;
@@ -534,7 +531,7 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
         issue_s(0, s);
         WgmmaWait<0>();
         pin_s(s);
-        if (needs_mask(0)) apply_mask(0, s);
+        if (first_masked == 0) apply_mask(0, s);
         softmax(s, correction);  // s holds P of tile 0, packed by its step
       }
     }
@@ -567,10 +564,6 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
       WgmmaWait<0>();  // P·V of tile: its P registers are free
       WgmmaPinRegisters(o_flat);
     };
-    // Tiles from first_masked on reach the tree slots or the end of the range (needs_mask).
-    const int first_masked =
-        min(num_key_tiles,
-            max(0, (min(item.key_end, seq.prefix_len) - item.key_begin) / kAttnTileKeys));
     int tile = 0;
     for (; tile + 1 < first_masked; ++tile) step(tile, std::true_type{}, std::false_type{});
     for (; tile + 1 < num_key_tiles; ++tile) step(tile, std::true_type{}, std::true_type{});
@@ -614,7 +607,7 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
       }
 
       float correction[2];
-      if (needs_mask(tile)) apply_mask(tile, s);
+      if (tile >= first_masked) apply_mask(tile, s);
       softmax(s, correction);
       rescale_o(correction);
       uint32_t p[kNTiles][2];
