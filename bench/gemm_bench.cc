@@ -3,7 +3,8 @@
 // and without programmatic dependent launch and with its shallow pipeline only (gemm.h,
 // skinny_gemm.h).
 //
-//   treespec-gemm-bench [--rows=1,16,32,64] [--tp=1] [--chain=24] [--reps=10] [--json=out.json]
+//   treespec-gemm-bench [--rows=1,16,32,64] [--tp=1] [--chain=24] [--reps=10]
+//                       [--cublas_candidates=N] [--json=out.json]
 //
 // Per shape (qkv, o_proj, gate_up, gate_silu = gate_up with the SiLU·mul epilogue, down,
 // lm_head; each rank's slice for --tp) and row count:
@@ -29,6 +30,7 @@
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "bench/gpu_ceilings.h"
 #include "bench/l2_flush.h"
 #include "common/cuda/cuda_check.h"
@@ -42,6 +44,8 @@ ABSL_FLAG(std::vector<std::string>, rows, std::vector<std::string>({"1", "16", "
 ABSL_FLAG(int, tp, 1, "tensor-parallel ranks: the shapes are one rank's slices");
 ABSL_FLAG(int, chain, 24, "GEMMs per timed chain");
 ABSL_FLAG(int, reps, 10, "timed chains (and single launches) per point");
+ABSL_FLAG(int, cublas_candidates, 1,
+          "also time cuBLASLt's 2nd .. N-th heuristic candidates (GemmOptions::cublas_candidate)");
 ABSL_FLAG(std::string, json, "", "also write the results here");
 
 namespace treespec::gpu {
@@ -57,7 +61,7 @@ struct Shape {
 };
 
 struct Kernel {
-  const char* name;
+  std::string name;
   GemmOptions options;
 };
 
@@ -86,16 +90,17 @@ absl::StatusOr<nlohmann::json> RunCase(const Shape& s, int rows, const Kernel& k
   ASSIGN_OR_RETURN(auto y_bf16,
                    DeviceBuffer<__nv_bfloat16>::Create(s.f32_output ? 0 : rows * y_cols));
   ASSIGN_OR_RETURN(auto y_f32, DeviceBuffer<float>::Create(s.f32_output ? rows * s.n : 0));
+  GemmArgs args;
+  args.m = rows;
+  args.n = s.n;
+  args.k = s.k;
+  args.x = x.data();
+  args.y_bf16 = s.f32_output ? nullptr : y_bf16.data();
+  args.y_f32 = s.f32_output ? y_f32.data() : nullptr;
+  args.epilogue = s.epilogue;
   auto run = [&](int copy) {
-    GemmArgs a;
-    a.m = rows;
-    a.n = s.n;
-    a.k = s.k;
-    a.x = x.data();
+    GemmArgs a = args;
     a.w = weights[copy % copies].data();
-    a.y_bf16 = s.f32_output ? nullptr : y_bf16.data();
-    a.y_f32 = s.f32_output ? y_f32.data() : nullptr;
-    a.epilogue = s.epilogue;
     return gemm->Run(a, stream);
   };
   const int chain = absl::GetFlag(FLAGS_chain), reps = absl::GetFlag(FLAGS_reps);
@@ -120,7 +125,10 @@ absl::StatusOr<nlohmann::json> RunCase(const Shape& s, int rows, const Kernel& k
       2.0 * w_elems + 2.0 * rows * s.k + (s.f32_output ? 4.0 : 2.0) * rows * y_cols;
   const double floor_us = bytes / ceilings.copy_bandwidth * 1e6;
   const double chain_us = Median(chains) / chain * 1e6, single_us = Median(singles) * 1e6;
+  ASSIGN_OR_RETURN(const std::string algorithm,
+                   gemm->DescribePlan(args));
   return nlohmann::json{{"gemm", s.name},
+                        {"algorithm", algorithm},
                         {"n", s.n},
                         {"k", s.k},
                         {"rows", rows},
@@ -148,12 +156,16 @@ absl::Status Main() {
                           {"gate_silu", 2 * 14336 / tp, 4096, false, GemmEpilogue::kSiluMul},
                           {"down", 4096, 14336 / tp, false},
                           {"lm_head", (128256 + tp - 1) / tp, 4096, true}};
-  const Kernel kernels[] = {
-      {"cublaslt", {.skinny_max_rows = 0}},
+  std::vector<Kernel> kernels = {
+      {"cublaslt", {.skinny_max_rows = 0}},  // the fastest of its leading candidates, timed
+      {"cublaslt_first", {.skinny_max_rows = 0, .cublas_tune_candidates = 0}},
       {"few_row", {.skinny_max_rows = kSkinnyMaxRows, .dependent_launch = false}},
       {"few_row_shallow",
        {.skinny_max_rows = kSkinnyMaxRows, .dependent_launch = true, .skinny_deep = false}},
       {"few_row_pdl", {.skinny_max_rows = kSkinnyMaxRows}}};
+  for (int c = 1; c < absl::GetFlag(FLAGS_cublas_candidates); ++c) {
+    kernels.push_back({absl::StrCat("cublaslt#", c + 1), {.skinny_max_rows = 0, .cublas_candidate = c}});
+  }
   std::printf("%s: copy %.3g B/s; tp %d\n", ceilings.device.c_str(), ceilings.copy_bandwidth, tp);
   std::printf("%8s %5s %6s %15s %9s %9s %9s %9s %7s %7s %6s\n", "gemm", "n", "k", "kernel", "rows",
               "chain_us", "single_us", "hot_us", "floor", "chain×", "TB/s");
@@ -163,11 +175,20 @@ absl::Status Main() {
     for (const Shape& s : shapes) {
       for (const Kernel& kernel : kernels) {
         if (s.epilogue != GemmEpilogue::kNone && kernel.options.skinny_max_rows == 0) continue;
-        ASSIGN_OR_RETURN(nlohmann::json j, RunCase(s, rows, kernel, ceilings, flush, stream));
-        std::printf("%8s %5d %6d %12s %9d %9.2f %9.2f %9.2f %7.2f %7.2f %6.2f\n", s.name, s.n, s.k,
-                    kernel.name, rows, j["chain_us"].get<double>(), j["single_us"].get<double>(),
-                    j["hot_us"].get<double>(), j["floor_us"].get<double>(),
-                    j["chain_ratio"].get<double>(), j["chain_bytes_per_s"].get<double>() / 1e12);
+        absl::StatusOr<nlohmann::json> result = RunCase(s, rows, kernel, ceilings, flush, stream);
+        if (absl::IsUnimplemented(result.status()) && kernel.options.cublas_candidate > 0) {
+          std::printf("%8s %5d %6d %15s %9d  (%s)\n", s.name, s.n, s.k, kernel.name.c_str(), rows,
+                      std::string(result.status().message()).c_str());
+          continue;  // fewer candidates for this shape
+        }
+        RETURN_IF_ERROR(result.status());
+        nlohmann::json& j = *result;
+        std::printf("%8s %5d %6d %15s %9d %9.2f %9.2f %9.2f %7.2f %7.2f %6.2f  %s\n", s.name, s.n,
+                    s.k, kernel.name.c_str(), rows, j["chain_us"].get<double>(),
+                    j["single_us"].get<double>(), j["hot_us"].get<double>(),
+                    j["floor_us"].get<double>(), j["chain_ratio"].get<double>(),
+                    j["chain_bytes_per_s"].get<double>() / 1e12,
+                    j["algorithm"].get<std::string>().c_str());
         std::fflush(stdout);
         results.push_back(std::move(j));
       }

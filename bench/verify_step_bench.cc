@@ -7,7 +7,8 @@
 //                              [--layers=32] [--tp=1,2] [--peer_all_reduce] [--cuda_graphs]
 //                              [--few_row_gemm] [--dependent_launch] [--skinny_deep]
 //                              [--attention_tile_rows=N] [--attention_fused_merge_row_splits=N]
-//                              [--attention_wgmma]
+//                              [--attention_wgmma] [--attention_proportional_splits]
+//                              [--gemm_tune_candidates=N]
 //                              [--breakdown]
 //                              [--json=out.json]
 //
@@ -42,6 +43,7 @@
 #include "bench/gpu_ceilings.h"
 #include "common/cuda/cuda_causal_lm.h"
 #include "common/cuda/cuda_check.h"
+#include "common/cuda/gemm.h"
 #include "common/model/causal_lm.h"
 #include "common/model/cpu_test_util.h"
 #include "common/tree/token_tree.h"
@@ -64,6 +66,9 @@ ABSL_FLAG(bool, few_row_gemm, true,
 ABSL_FLAG(bool, dependent_launch, true, "the few-row GEMM as a programmatic dependent launch");
 ABSL_FLAG(bool, skinny_deep, true,
           "the few-row GEMM's deep pipeline for small grids (GemmOptions::skinny_deep)");
+ABSL_FLAG(int, gemm_tune_candidates, treespec::gpu::GemmOptions{}.cublas_tune_candidates,
+          "cuBLASLt GEMMs: time this many of the heuristic's candidates at first use and keep "
+          "the fastest (0: its first; GemmOptions::cublas_tune_candidates)");
 ABSL_FLAG(bool, attention_dependent_launch, true,
           "the tree attention as a programmatic dependent launch");
 ABSL_FLAG(int, attention_tile_rows, 0,
@@ -73,6 +78,9 @@ ABSL_FLAG(int, attention_fused_merge_row_splits, treespec::gpu::kAttnDefaultFuse
           "CTA (0: all by the merge launch)");
 ABSL_FLAG(bool, attention_wgmma, true,
           "the tree attention's wgmma path on compute capability 9.0 (false: mma.sync)");
+ABSL_FLAG(bool, attention_proportional_splits, true,
+          "split attention key ranges in proportion to their length so the batch fills the "
+          "target CTAs (false: whole chunks of key tiles per split)");
 ABSL_FLAG(bool, breakdown, false,
           "also time every op of rank 0 (events after each op; separate steps, not the timed "
           "ones) and print GPU us per step by op");
@@ -224,10 +232,12 @@ absl::Status Main() {
     if (!absl::GetFlag(FLAGS_few_row_gemm)) cuda.gemm.skinny_max_rows = 0;
     cuda.gemm.dependent_launch = absl::GetFlag(FLAGS_dependent_launch);
     cuda.gemm.skinny_deep = absl::GetFlag(FLAGS_skinny_deep);
+    cuda.gemm.cublas_tune_candidates = absl::GetFlag(FLAGS_gemm_tune_candidates);
     cuda.attention_tile_rows = absl::GetFlag(FLAGS_attention_tile_rows);
     cuda.attention_dependent_launch = absl::GetFlag(FLAGS_attention_dependent_launch);
     cuda.attention_fused_merge_row_splits = absl::GetFlag(FLAGS_attention_fused_merge_row_splits);
     cuda.attention_wgmma = absl::GetFlag(FLAGS_attention_wgmma);
+    cuda.attention_proportional_splits = absl::GetFlag(FLAGS_attention_proportional_splits);
     ASSIGN_OR_RETURN(std::unique_ptr<CausalLm> model,
                      CreateRandomCudaCausalLm(config, 1, lm, cuda));
     std::printf(
@@ -259,10 +269,12 @@ absl::Status Main() {
        {"few_row_gemm", absl::GetFlag(FLAGS_few_row_gemm)},
        {"dependent_launch", absl::GetFlag(FLAGS_dependent_launch)},
        {"skinny_deep", absl::GetFlag(FLAGS_skinny_deep)},
+       {"gemm_tune_candidates", absl::GetFlag(FLAGS_gemm_tune_candidates)},
        {"attention_tile_rows", absl::GetFlag(FLAGS_attention_tile_rows)},
        {"attention_dependent_launch", absl::GetFlag(FLAGS_attention_dependent_launch)},
        {"attention_fused_merge_row_splits", absl::GetFlag(FLAGS_attention_fused_merge_row_splits)},
-       {"attention_wgmma", absl::GetFlag(FLAGS_attention_wgmma)}});
+       {"attention_wgmma", absl::GetFlag(FLAGS_attention_wgmma)},
+       {"attention_proportional_splits", absl::GetFlag(FLAGS_attention_proportional_splits)}});
   return absl::OkStatus();
 }
 

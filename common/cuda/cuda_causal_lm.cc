@@ -153,6 +153,7 @@ absl::Status CudaCausalLm::Init(const CudaLmOptions& cuda,
   o.attention_dependent_launch = cuda.attention_dependent_launch;
   o.attention_fused_merge_row_splits = cuda.attention_fused_merge_row_splits;
   o.attention_wgmma = cuda.attention_wgmma;
+  o.attention_proportional_splits = cuda.attention_proportional_splits;
   for (int r = 0; r < tp; ++r) {
     o.device = devices_[r];
     o.rank = r;

@@ -63,6 +63,8 @@ struct CudaLmOptions {
   int attention_fused_merge_row_splits = kAttnDefaultFusedMergeRowSplits;
   // The tree attention's wgmma path where it exists (TreeAttentionOptions::wgmma).
   bool attention_wgmma = true;
+  // How attention key ranges are split (TreeAttentionOptions::proportional_splits).
+  bool attention_proportional_splits = true;
 };
 
 // Builds the model from full fp32 host weights (each rank converts its slice to bf16 on its

@@ -4,11 +4,13 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -125,6 +127,9 @@ struct GemmRunner::Plan {
   cublasLtMatrixLayout_t x_layout = nullptr;  // cuBLAS's B
   cublasLtMatrixLayout_t y_layout = nullptr;  // cuBLAS's C and D
   cublasLtMatmulAlgo_t algo = {};
+  float waves = 0;  // the heuristic's estimate of the algorithm's waves of CTAs
+  int candidate = 0;  // the heuristic's candidate kept (0: its first)
+  int timed = 0;      // candidates timed to choose it (0: untimed)
   // The few-row kernel's plan instead (no cuBLASLt descriptors then).
   bool skinny = false;
   SkinnyGemmShape skinny_shape;
@@ -220,7 +225,9 @@ absl::Status GemmRunner::Prepare(int m, int n, int k, bool f32_output, bool with
   return GetOrCreatePlan(PlanKey{m, n, k, f32_output, with_bias}).status();
 }
 
-absl::StatusOr<GemmRunner::Plan*> GemmRunner::GetOrCreatePlan(const PlanKey& key) {
+absl::StatusOr<GemmRunner::Plan*> GemmRunner::GetOrCreatePlan(const PlanKey& key,
+                                                               const GemmArgs* args,
+                                                               cudaStream_t stream) {
   if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
   if (key.m <= options_.skinny_max_rows) {
     const SkinnyGemmShape shape =
@@ -276,30 +283,139 @@ absl::StatusOr<GemmRunner::Plan*> GemmRunner::GetOrCreatePlan(const PlanKey& key
   RETURN_IF_ERROR(SetPreference(preference.get(), CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                 static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)));
 
-  // The heuristic's first choice (results come fastest first by its own estimate).
-  cublasLtMatmulHeuristicResult_t result = {};
+  // The heuristic's candidates come fastest first by its own estimate. Kept: the one
+  // options_.cublas_candidate names, else the fastest of the leading ones timed on this call's
+  // buffers, else (under capture, or without buffers) the first.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (args != nullptr) CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream, &capture));
+  const bool tune = options_.cublas_candidate <= 0 && options_.cublas_tune_candidates > 1 &&
+                    key.m <= options_.cublas_tune_max_rows && args != nullptr &&
+                    capture == cudaStreamCaptureStatusNone;
+  const int want = std::max(0, options_.cublas_candidate);
+  std::vector<cublasLtMatmulHeuristicResult_t> results(tune ? options_.cublas_tune_candidates
+                                                            : want + 1);
   int found = 0;
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(
       handle_, plan->desc, plan->w_layout, plan->x_layout, plan->y_layout, plan->y_layout,
-      preference.get(), 1, &result, &found));
-  if (found < 1 || result.state != CUBLAS_STATUS_SUCCESS) {
+      preference.get(), static_cast<int>(results.size()), results.data(), &found));
+  if (found <= want || results[want].state != CUBLAS_STATUS_SUCCESS) {
     return absl::UnimplementedError(absl::StrCat(
-        "cuBLASLt has no algorithm for the GEMM m=", key.m, " n=", key.n, " k=", key.k, " output ",
-        key.f32_output ? "fp32" : "bf16", key.with_bias ? " with bias" : "",
-        " within a workspace of ", workspace_.bytes(), " bytes"));
+        "cuBLASLt has ", found, " algorithm(s), not the ", want + 1, " wanted, for the GEMM m=",
+        key.m, " n=", key.n, " k=", key.k, " output ", key.f32_output ? "fp32" : "bf16",
+        key.with_bias ? " with bias" : "", " within a workspace of ", workspace_.bytes(),
+        " bytes"));
   }
-  plan->algo = result.algo;
+  int kept = want;
+  if (tune && found > 1) {
+    results.resize(found);
+    ASSIGN_OR_RETURN(kept, TimeCandidates(*plan, results, *args, stream));
+    plan->timed = found;
+  }
+  plan->algo = results[kept].algo;
+  plan->waves = results[kept].wavesCount;
+  plan->candidate = kept;
   Plan* const raw = plan.get();
   plans_.emplace(key, std::move(plan));
   return raw;
+}
+
+absl::StatusOr<std::string> GemmRunner::DescribePlan(const GemmArgs& args) const {
+  auto it = plans_.find(PlanKey{args.m, args.n, args.k, args.y_f32 != nullptr,
+                                args.bias != nullptr, args.epilogue == GemmEpilogue::kSiluMul});
+  if (it == plans_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("no GEMM plan for m=", args.m, " n=", args.n, " k=", args.k));
+  }
+  const Plan& plan = *it->second;
+  if (plan.skinny) return std::string("few-row kernel");
+  auto config = [&](cublasLtMatmulAlgoConfigAttributes_t attribute) {
+    int32_t value = -1;  // (-1: cuBLASLt does not report it)
+    size_t written = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&plan.algo, attribute, &value, sizeof(value), &written);
+    return value;
+  };
+  return absl::StrCat("algo ", config(CUBLASLT_ALGO_CONFIG_ID), " tile ",
+                      config(CUBLASLT_ALGO_CONFIG_TILE_ID), " stages ",
+                      config(CUBLASLT_ALGO_CONFIG_STAGES_ID), " split-k ",
+                      config(CUBLASLT_ALGO_CONFIG_SPLITK_NUM), " waves ", plan.waves,
+                      ", candidate ", plan.candidate + 1,
+                      plan.timed > 0 ? absl::StrCat(" of ", plan.timed, " timed") : "");
+}
+
+absl::StatusOr<int> GemmRunner::TimeCandidates(
+    Plan& plan, const std::vector<cublasLtMatmulHeuristicResult_t>& candidates,
+    const GemmArgs& args, cudaStream_t stream) {
+  constexpr int kTimedRuns = 5;
+  constexpr float kMargin = 0.98f;  // another candidate must beat the first by 2 %
+  struct Events {
+    cudaEvent_t start = nullptr, stop = nullptr;
+    ~Events() {
+      if (start != nullptr) cudaEventDestroy(start);
+      if (stop != nullptr) cudaEventDestroy(stop);
+    }
+  } events;
+  CUDA_RETURN_IF_ERROR(cudaEventCreate(&events.start));
+  CUDA_RETURN_IF_ERROR(cudaEventCreate(&events.stop));
+  // ms of kTimedRuns back-to-back runs of plan.algo, after one to warm up.
+  auto time_algo = [&]() -> absl::StatusOr<float> {
+    RETURN_IF_ERROR(RunCublas(plan, args, stream));
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(events.start, stream));
+    for (int r = 0; r < kTimedRuns; ++r) RETURN_IF_ERROR(RunCublas(plan, args, stream));
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(events.stop, stream));
+    CUDA_RETURN_IF_ERROR(cudaEventSynchronize(events.stop));
+    float ms = 0;
+    CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, events.start, events.stop));
+    return ms;
+  };
+  int best = 0;
+  float first_ms = 0, best_ms = 0;
+  for (int i = 0; i < static_cast<int>(candidates.size()); ++i) {
+    if (candidates[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    plan.algo = candidates[i].algo;
+    absl::StatusOr<float> ms = time_algo();
+    if (i == 0) {
+      RETURN_IF_ERROR(ms.status());  // the first must run
+      first_ms = best_ms = *ms;
+      continue;
+    }
+    // A later candidate that cuBLASLt refuses to enqueue is passed over; a device error is not.
+    if (!ms.ok()) {
+      CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+      continue;
+    }
+    if (*ms < kMargin * first_ms && *ms < best_ms) {
+      best = i;
+      best_ms = *ms;
+    }
+  }
+  return best;
+}
+
+absl::Status GemmRunner::RunCublas(const Plan& plan, const GemmArgs& args, cudaStream_t stream) {
+  if (args.bias != nullptr) {
+    // A host-side write into the descriptor: nothing is enqueued or allocated.
+    RETURN_IF_ERROR(SetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                 static_cast<const void*>(args.bias)));
+  }
+  // Host scalars: read when the kernel is enqueued (and baked into a captured graph).
+  const float alpha = 1.0f, beta = 0.0f;  // beta = 0: y is not read, its old contents may be NaN
+  const bool f32_output = args.y_f32 != nullptr;
+  void* const y = f32_output ? static_cast<void*>(args.y_f32) : static_cast<void*>(args.y_bf16);
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle_, plan.desc, &alpha, args.w, plan.w_layout, args.x,
+                                        plan.x_layout, &beta, y, plan.y_layout, y, plan.y_layout,
+                                        &plan.algo, workspace_.data(), workspace_.bytes(),
+                                        stream));
+  return absl::OkStatus();
 }
 
 absl::Status GemmRunner::Run(const GemmArgs& args, cudaStream_t stream) {
   RETURN_IF_ERROR(ValidateGemmArgs(args));
   const bool f32_output = args.y_f32 != nullptr;
   const bool silu_mul = args.epilogue == GemmEpilogue::kSiluMul;
-  ASSIGN_OR_RETURN(Plan* const plan, GetOrCreatePlan(PlanKey{args.m, args.n, args.k, f32_output,
-                                                             args.bias != nullptr, silu_mul}));
+  ASSIGN_OR_RETURN(Plan* const plan,
+                   GetOrCreatePlan(PlanKey{args.m, args.n, args.k, f32_output,
+                                           args.bias != nullptr, silu_mul},
+                                   silu_mul ? nullptr : &args, stream));  // (y: n / 2 wide)
   if (silu_mul && !plan->skinny) {
     return absl::InvalidArgumentError(
         absl::StrCat("GEMM with the SiLU·mul epilogue: m=", args.m, " n=", args.n,
@@ -311,19 +427,7 @@ absl::Status GemmRunner::Run(const GemmArgs& args, cudaStream_t stream) {
                                           counters_.data(), options_.dependent_launch, stream));
     return absl::OkStatus();
   }
-  if (args.bias != nullptr) {
-    // A host-side write into the descriptor: nothing is enqueued or allocated.
-    RETURN_IF_ERROR(SetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                 static_cast<const void*>(args.bias)));
-  }
-  // Host scalars: read when the kernel is enqueued (and baked into a captured graph).
-  const float alpha = 1.0f, beta = 0.0f;  // beta = 0: y is not read, its old contents may be NaN
-  void* const y = f32_output ? static_cast<void*>(args.y_f32) : static_cast<void*>(args.y_bf16);
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle_, plan->desc, &alpha, args.w, plan->w_layout, args.x,
-                                        plan->x_layout, &beta, y, plan->y_layout, y, plan->y_layout,
-                                        &plan->algo, workspace_.data(), workspace_.bytes(),
-                                        stream));
-  return absl::OkStatus();
+  return RunCublas(*plan, args, stream);
 }
 
 }  // namespace treespec::gpu

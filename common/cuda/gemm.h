@@ -4,12 +4,15 @@
 // (common/model/cpu_ops.h).
 //
 // Plan/run split: the first call for a shape builds its matmul descriptor, matrix layouts and
-// heuristic algorithm (a "plan") and keeps it; later calls with that shape only set the bias
-// pointer and enqueue cublasLtMatmul on the caller's stream with the runner's preallocated
-// workspace: no device allocation, no heuristic query, no synchronisation, so the call can be
-// captured in a CUDA graph. Build the plans a graph will need before capturing it (Prepare, or
-// one eager Run per shape; an eager run also loads the kernel's module). Host code only
-// (gemm.cc), but the header stays C++17-clean so .cu files may include it.
+// algorithm (a "plan") and keeps it; later calls with that shape only set the bias pointer and
+// enqueue cublasLtMatmul on the caller's stream with the runner's preallocated workspace: no
+// device allocation, no heuristic query, no synchronisation, so the call can be captured in a
+// CUDA graph. The algorithm: a first eager Run times the heuristic's leading candidates on the
+// call's own buffers and keeps the fastest (GemmOptions::cublas_tune_candidates; it waits for
+// the stream); Prepare, or a first call under stream capture, takes the heuristic's first. Build
+// the plans a graph will need before capturing it (one eager Run per shape; it also loads the
+// kernel's module). Host code only (gemm.cc), but the header stays C++17-clean so .cu files may
+// include it.
 //
 //   ASSIGN_OR_RETURN(std::unique_ptr<GemmRunner> gemm,
 //                    GemmRunner::Create(kDefaultGemmWorkspaceBytes));
@@ -24,7 +27,9 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -85,6 +90,18 @@ struct GemmOptions {
   // Shapes whose few-row grid is small (at most two CTAs per SM on the H200: the QKV and output
   // projections of an 8B model) run the deep pipeline (skinny_gemm.h); false: never.
   bool skinny_deep = true;
+  // cuBLASLt GEMMs of at most cublas_tune_max_rows rows (a verify step's): the first eager Run
+  // of a shape times this many of the heuristic's leading candidates (5 back-to-back runs each,
+  // after one to warm up) and keeps the fastest, the first unless another is 2 % faster; 0 or
+  // 1: the heuristic's first, untimed. The heuristic's first choice was 3–9 % slower than its
+  // best candidate for the 64-row gate/up, down and LM-head GEMMs of an 8B model on the H200
+  // (docs/performance.md). Larger GEMMs (prefill, whose row counts vary without CUDA graphs)
+  // take the first: a new shape must not cost a prompt tens of milliseconds.
+  int cublas_tune_candidates = 8;
+  int cublas_tune_max_rows = 64;
+  // Benchmarks: i > 0 = always the heuristic's (i + 1)-th candidate, untimed (a shape with
+  // fewer candidates is UNIMPLEMENTED); 0 = as cublas_tune_candidates says.
+  int cublas_candidate = 0;
 };
 
 // Owns a cuBLASLt handle, one workspace and the plans of the shapes it has run, for the device
@@ -116,6 +133,10 @@ class GemmRunner {
   bool FewRows(int m) const { return m <= options_.skinny_max_rows; }
 
   int plan_count() const { return static_cast<int>(plans_.size()); }
+  // What runs the GEMM of `args`' shape, once it has a plan (Run or Prepare): "few-row
+  // kernel", or cuBLASLt's algorithm id, tile, stages and split-K factor with the heuristic's
+  // wave count and which candidate was kept. NOT_FOUND without a plan.
+  absl::StatusOr<std::string> DescribePlan(const GemmArgs& args) const;
   size_t workspace_bytes() const { return workspace_.bytes(); }
 
  private:
@@ -138,7 +159,14 @@ class GemmRunner {
   GemmRunner(cublasLtHandle_t handle, DeviceBuffer<unsigned char> workspace,
              const GemmOptions& options, int num_sms, int deep_ctas_per_sm,
              DeviceBuffer<float> partials, DeviceBuffer<int> counters);
-  absl::StatusOr<Plan*> GetOrCreatePlan(const PlanKey& key);
+  // `args` and `stream`: the first call's, whose buffers time the candidates (null: untimed).
+  absl::StatusOr<Plan*> GetOrCreatePlan(const PlanKey& key, const GemmArgs* args = nullptr,
+                                        cudaStream_t stream = nullptr);
+  absl::Status RunCublas(const Plan& plan, const GemmArgs& args, cudaStream_t stream);
+  // The index among `candidates` of the fastest on `args` (see cublas_tune_candidates).
+  absl::StatusOr<int> TimeCandidates(Plan& plan,
+                                     const std::vector<cublasLtMatmulHeuristicResult_t>& candidates,
+                                     const GemmArgs& args, cudaStream_t stream);
 
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer<unsigned char> workspace_;

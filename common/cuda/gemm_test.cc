@@ -227,6 +227,124 @@ void GemmTest::ExpectMatchesCpu(GemmRunner& gemm_runner) {
   EXPECT_EQ(gemm->plan_count(), 4 * 5 * 3);  // one per (shape, m, output, bias)
 }
 
+// cuBLASLt's other heuristic candidates (GemmOptions::cublas_candidate, for benchmarks) compute
+// the same GEMM within the same bound; a candidate past the last is UNIMPLEMENTED, named.
+TEST_F(GemmTest, OtherCublasCandidatesMatchCpu) {
+  SCOPED_TRACE(absl::StrCat("seed ", Seed()));
+  constexpr int kM = 64, kN = 4096 + 8, kK = 4096;
+  const Bf16Data x = RandomBf16(rng_, static_cast<size_t>(kM) * kK, 1.0f);
+  const Bf16Data w = RandomBf16(rng_, static_cast<size_t>(kN) * kK, 1.0f);
+  std::vector<float> ref(static_cast<size_t>(kM) * kN), abs_sum(ref.size());
+  MatMul(x.f.data(), w.f.data(), kM, kN, kK, ref.data());
+  {
+    std::vector<float> x_abs = x.f, w_abs = w.f;
+    for (float& v : x_abs) v = std::abs(v);
+    for (float& v : w_abs) v = std::abs(v);
+    MatMul(x_abs.data(), w_abs.data(), kM, kN, kK, abs_sum.data());
+  }
+  ASSERT_OK_AND_ASSIGN(auto d_x, Upload(x.bf));
+  ASSERT_OK_AND_ASSIGN(auto d_w, Upload(w.bf));
+  int ran = 0;
+  for (int candidate : {1, 2, 3}) {
+    SCOPED_TRACE(absl::StrCat("candidate ", candidate));
+    ASSERT_OK_AND_ASSIGN(
+        std::unique_ptr<GemmRunner> gemm,
+        GemmRunner::Create(kDefaultGemmWorkspaceBytes,
+                           {.skinny_max_rows = 0, .cublas_candidate = candidate}));
+    ASSERT_OK_AND_ASSIGN(auto d_y, Poisoned(ref.size()));
+    const GemmArgs args{
+        .m = kM, .n = kN, .k = kK, .x = d_x.data(), .w = d_w.data(), .y_bf16 = d_y.data()};
+    EXPECT_EQ(gemm->DescribePlan(args).status().code(), absl::StatusCode::kNotFound);
+    const absl::Status status = gemm->Run(args, stream_);
+    if (absl::IsUnimplemented(status)) continue;  // the heuristic offered fewer
+    ASSERT_OK(status);
+    ++ran;
+    ASSERT_OK_AND_ASSIGN(const std::string described, gemm->DescribePlan(args));
+    EXPECT_EQ(described.rfind("algo ", 0), 0u) << described;
+    ASSERT_OK_AND_ASSIGN(const std::vector<bf16> y, Download(d_y));
+    ExpectGuardIntact(y, ref.size());
+    for (size_t i = 0; i < ref.size(); ++i) {
+      const double tol = kBf16U * std::abs(ref[i]) + (1 + kBf16U) * GemmD(kK, abs_sum[i], 0.0);
+      ASSERT_LE(std::abs(ToFloat(y[i]) - ref[i]), tol) << "element " << i;
+    }
+  }
+  EXPECT_GE(ran, 1) << "cuBLASLt offered one algorithm only for a 64 x 4104 x 4096 GEMM";
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GemmRunner> past,
+                       GemmRunner::Create(kDefaultGemmWorkspaceBytes,
+                                          {.skinny_max_rows = 0, .cublas_candidate = 100000}));
+  ASSERT_OK_AND_ASSIGN(auto d_y, Poisoned(ref.size()));
+  const absl::Status status = past->Run(
+      {.m = kM, .n = kN, .k = kK, .x = d_x.data(), .w = d_w.data(), .y_bf16 = d_y.data()},
+      stream_);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented) << status;
+  EXPECT_NE(status.message().find("not the 100001 wanted"), std::string::npos) << status;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GemmRunner> few,
+                       GemmRunner::Create(kDefaultGemmWorkspaceBytes));
+  const GemmArgs one_row{
+      .m = 1, .n = kN, .k = kK, .x = d_x.data(), .w = d_w.data(), .y_bf16 = d_y.data()};
+  ASSERT_OK(few->Run(one_row, stream_));
+  EXPECT_EQ(few->DescribePlan(one_row).value_or(""), "few-row kernel");
+  ASSERT_CUDA(cudaStreamSynchronize(stream_));
+}
+
+// The first eager Run of a cuBLASLt shape of at most cublas_tune_max_rows rows times the
+// heuristic's leading candidates; a larger one, or one first met under stream capture (where
+// nothing may wait), takes the first, untimed, and its graph gives the bits of an untimed
+// runner's eager run.
+TEST_F(GemmTest, CublasCandidatesAreTimedOnlyOutsideCapture) {
+  constexpr int kM = 64, kN = 4096 + 8, kK = 4096;
+  ASSERT_OK_AND_ASSIGN(const Inputs in, RandomInputs(kM + 1, kN, kK));
+  const size_t count = static_cast<size_t>(kM) * kN;
+  ASSERT_OK_AND_ASSIGN(auto eager, Poisoned(count));
+  ASSERT_OK_AND_ASSIGN(auto captured, Poisoned(count));
+  GemmArgs args{.m = kM, .n = kN, .k = kK, .x = in.d_x.data(), .w = in.d_w.data()};
+
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GemmRunner> timed,
+                       GemmRunner::Create(kDefaultGemmWorkspaceBytes, {.skinny_max_rows = 0}));
+  args.y_bf16 = eager.data();
+  ASSERT_OK(timed->Run(args, stream_));
+  ASSERT_OK_AND_ASSIGN(const std::string tuned, timed->DescribePlan(args));
+  EXPECT_NE(tuned.find(" timed"), std::string::npos) << tuned;
+  ASSERT_OK_AND_ASSIGN(auto wide, Poisoned(count + kN));
+  GemmArgs more_rows = args;
+  more_rows.m = kM + 1;
+  more_rows.y_bf16 = wide.data();
+  ASSERT_OK(timed->Run(more_rows, stream_));
+  ASSERT_OK_AND_ASSIGN(const std::string large, timed->DescribePlan(more_rows));
+  EXPECT_EQ(large.find(" timed"), std::string::npos) << large;
+
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<GemmRunner> untimed,
+      GemmRunner::Create(kDefaultGemmWorkspaceBytes,
+                         {.skinny_max_rows = 0, .cublas_tune_candidates = 0}));
+  ASSERT_OK(untimed->Run(args, stream_));  // into `eager`: the reference bits
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GemmRunner> in_capture,
+                       GemmRunner::Create(kDefaultGemmWorkspaceBytes, {.skinny_max_rows = 0}));
+  ASSERT_CUDA(cudaStreamSynchronize(stream_));
+  args.y_bf16 = captured.data();
+  cudaGraph_t graph = nullptr;
+  ASSERT_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  const absl::Status run = in_capture->Run(args, stream_);
+  const cudaError_t end = cudaStreamEndCapture(stream_, &graph);  // always end the capture
+  std::unique_ptr<CUgraph_st, cudaError_t (*)(cudaGraph_t)> graph_owner(graph, cudaGraphDestroy);
+  ASSERT_OK(run);
+  ASSERT_CUDA(end);
+  ASSERT_OK_AND_ASSIGN(const std::string first, in_capture->DescribePlan(args));
+  EXPECT_EQ(first.find(" timed"), std::string::npos) << first;
+  EXPECT_NE(first.find("candidate 1"), std::string::npos) << first;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  std::unique_ptr<CUgraphExec_st, cudaError_t (*)(cudaGraphExec_t)> exec_owner(
+      exec, cudaGraphExecDestroy);
+  ASSERT_CUDA(cudaGraphLaunch(exec, stream_));
+  ASSERT_OK_AND_ASSIGN(const std::vector<bf16> want, Download(eager));
+  ASSERT_OK_AND_ASSIGN(const std::vector<bf16> got, Download(captured));
+  for (size_t i = 0; i < count; ++i) {
+    ASSERT_EQ(Bits(got[i]), Bits(want[i])) << "element " << i;
+  }
+  ExpectGuardIntact(got, count);
+}
+
 // ---- Plans: one per (m, n, k, output type, bias or not), built on first use or by Prepare,
 // and reused whatever the pointers; a repeated run gives the same bits.
 TEST_F(GemmTest, RepeatedShapeReusesItsPlan) {

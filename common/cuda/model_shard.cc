@@ -192,6 +192,7 @@ absl::Status ModelShard::Init(const TensorSource& source) {
   attn.dependent_launch = options_.attention_dependent_launch;
   attn.fused_merge_row_splits = options_.attention_fused_merge_row_splits;
   attn.wgmma = options_.attention_wgmma;
+  attn.proportional_splits = options_.attention_proportional_splits;
   ASSIGN_OR_RETURN(attention_, TreeAttention::Create(attn));
 
   const size_t r = static_cast<size_t>(rows);

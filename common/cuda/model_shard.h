@@ -79,6 +79,7 @@ struct ShardOptions {
   // TreeAttentionOptions::fused_merge_row_splits
   int attention_fused_merge_row_splits = kAttnDefaultFusedMergeRowSplits;
   bool attention_wgmma = true;  // TreeAttentionOptions::wgmma
+  bool attention_proportional_splits = true;  // TreeAttentionOptions::proportional_splits
 };
 
 // Where the verify step's inputs lie in step_in() (byte offsets, set by the model).

@@ -201,6 +201,7 @@ absl::Status TreeAttention::Prepare(absl::Span<const AttnSeqDesc> seqs, cudaStre
   AttnSplitOptions split;
   split.target_ctas = target_ctas(tile_rows);
   split.min_split_tiles = options_.min_split_tiles;
+  split.proportional_splits = options_.proportional_splits;
   split.tile_rows = tile_rows;
   split.fused_merge_row_splits = std::min(options_.fused_merge_row_splits,
                                           FusedMergeCapacity(options_.head_dim, tile_rows, wgmma_));

@@ -45,6 +45,8 @@ struct TreeAttentionOptions {
   // merge launch (AttnSplitOptions; 0: never), and never more than the CTA's shared memory holds
   // (kernels::AttnFusedMergeCapacity: 158 at head dim 128).
   int fused_merge_row_splits = kAttnDefaultFusedMergeRowSplits;
+  // AttnSplitOptions::proportional_splits (false: whole chunks of key tiles per split).
+  bool proportional_splits = true;
   // Launch as a programmatic dependent of the stream's previous kernel: the first K/V tile, when
   // it lies wholly in the committed prefix, is requested while that kernel (RoPE + K/V write)
   // finishes; q and the tree's slots are read after it (kernels/tree_attention.cuh).

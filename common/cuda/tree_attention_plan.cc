@@ -164,26 +164,30 @@ absl::StatusOr<AttnPlan> PlanTreeAttention(absl::Span<const AttnSeqDesc> seqs,
       }
     }
   }
-  // Key tiles per split: enough splits to fill the GPU, each at least min_split_tiles long,
-  // and no more partial results than the limit allows (longer splits otherwise).
-  int64_t chunk = std::max<int64_t>(
-      {1, split.min_split_tiles, CeilDiv(total_key_tiles, std::max(1, split.target_ctas))});
-  auto splits_of = [&](const Tile& t, int64_t c) {
+  // Splits per tile: enough to fill the GPU (target_ctas CTAs), each at least min_split_tiles
+  // key tiles long, and no more partial results than the limit allows (a smaller target
+  // otherwise).
+  const int64_t min_split = std::max(1, split.min_split_tiles);
+  auto splits_of = [&](const Tile& t, int64_t target) {
+    const int64_t key_tiles = CeilDiv(t.key_end, kAttnTileKeys);
+    const int64_t splits = split.proportional_splits
+                               ? key_tiles * target / total_key_tiles
+                               : key_tiles / std::max(min_split, CeilDiv(total_key_tiles, target));
     return static_cast<int>(
-        std::clamp<int64_t>(CeilDiv(t.key_end, kAttnTileKeys) / c, 1, kAttnMaxSplits));
+        std::clamp<int64_t>(std::min(splits, key_tiles / min_split), 1, kAttnMaxSplits));
   };
-  for (;;) {
+  int64_t target = std::max(1, split.target_ctas);
+  for (; target > 1; target /= 2) {
     int64_t partials = 0;
     for (const Tile& t : tiles) {
-      const int splits = splits_of(t, chunk);
+      const int splits = splits_of(t, target);
       if (splits > 1) partials += splits;
     }
     if (partials <= limits.max_partials) break;
-    chunk *= 2;
   }
   for (const Tile& t : tiles) {
     const int64_t key_tiles = CeilDiv(t.key_end, kAttnTileKeys);
-    const int splits = splits_of(t, chunk);
+    const int splits = splits_of(t, target);
     const int valid_rows = std::min(tile_rows, t.rows - t.row_begin);
     const bool fused =
         splits > 1 && static_cast<int64_t>(valid_rows) * splits <= split.fused_merge_row_splits;

@@ -151,6 +151,12 @@ struct AttnSplitOptions {
   int target_ctas = 1;
   int min_split_tiles = 1;             // key tiles per split, at least
   int tile_rows = kAttnSmallTileRows;  // 64 or 128
+  // How a tile's key range is cut. true: into floor(its key tiles × target_ctas / the batch's
+  // key tiles) splits, so the batch has between target_ctas − tiles and target_ctas CTAs.
+  // false: into splits of a whole number of key tiles, ceil(the batch's key tiles /
+  // target_ctas) at least, which leaves CTA slots empty when that number is small (32 tiles of
+  // 17 key tiles at 264 CTAs: 5 splits of 3–4 key tiles, 160 CTAs, against 8 splits, 256).
+  bool proportional_splits = true;
   // A split tile with valid rows × splits <= this is merged by its last CTA (no merge launch
   // for it); larger ones by the merge launch. 0: every split tile by the merge launch.
   int fused_merge_row_splits = 0;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -22,8 +23,9 @@ namespace {
 constexpr AttnPlanLimits kLimits{64, 1 << 16, 1 << 16, 1 << 16, 1 << 16};
 
 AttnSplitOptions Split(int target_ctas, int min_split_tiles = 1, int tile_rows = kAttnSmallTileRows,
-                       int fused_merge_row_splits = 0) {
+                       int fused_merge_row_splits = 0, bool proportional_splits = true) {
   AttnSplitOptions split;
+  split.proportional_splits = proportional_splits;
   split.target_ctas = target_ctas;
   split.min_split_tiles = min_split_tiles;
   split.tile_rows = tile_rows;
@@ -85,10 +87,11 @@ TEST(TreeAttentionPlanTest, TilesAndSplitsCoverEveryRowAndKeyOnce) {
   for (int tile : {kAttnSmallTileRows, kAttnMaxTileRows}) {
     for (int target : {1, 7, 132, 264, 100000}) {
       for (int fused : {0, 256, 1 << 30}) {
-        SCOPED_TRACE(
-            absl::StrCat("target_ctas ", target, ", tiles of ", tile, " rows, fused ", fused));
+       for (bool proportional : {true, false}) {
+        SCOPED_TRACE(absl::StrCat("target_ctas ", target, ", tiles of ", tile, " rows, fused ",
+                                  fused, proportional ? ", proportional" : ", whole chunks"));
         auto plan = PlanTreeAttention(batch.descs, heads, 16, 1 << 20, kLimits,
-                                      Split(target, 1, tile, fused));
+                                      Split(target, 1, tile, fused, proportional));
         ASSERT_TRUE(plan.ok()) << plan.status();
         EXPECT_EQ(plan->tile_rows, tile);
         // rows[(seq, kv head)] -> tile starts; keys[(seq, head, row_begin)] -> next expected key.
@@ -202,8 +205,40 @@ TEST(TreeAttentionPlanTest, TilesAndSplitsCoverEveryRowAndKeyOnce) {
           EXPECT_LE(static_cast<int>(plan->items.size()), 2 * target + 64);
         }
         if (target == 1) EXPECT_EQ(plan->num_partials, 0) << "one CTA per tile needs no merge";
+       }
       }
     }
+  }
+}
+
+TEST(TreeAttentionPlanTest, ProportionalSplitsFillTheTarget) {
+  std::mt19937 rng(11);
+  const AttnHeads llama{32, 8, 4, 0};
+  // A 64-node tree at 1k: 4 row tiles × 8 KV heads, 17 key tiles each (544 in all). Whole
+  // chunks of ceil(544 / 264) = 3 key tiles give 5 splits a tile (160 CTAs); proportional
+  // splits give floor(17 × 264 / 544) = 8 (256).
+  const Batch tree = MakeBatch({{1024, 64, 0}}, 16, rng);
+  auto whole = PlanTreeAttention(tree.descs, llama, 16, 1 << 20, kLimits,
+                                 Split(264, 1, kAttnSmallTileRows, 0, false));
+  auto prop = PlanTreeAttention(tree.descs, llama, 16, 1 << 20, kLimits, Split(264));
+  ASSERT_TRUE(whole.ok() && prop.ok()) << whole.status() << prop.status();
+  EXPECT_EQ(whole->items.size(), 160u);
+  EXPECT_EQ(prop->items.size(), 256u);
+  for (const AttnWorkItem& item : prop->items) EXPECT_EQ(item.num_splits, 8);
+  // Tiles of different lengths (56 tiles, 4.7k key tiles): at most target CTAs, and fewer than
+  // one CTA a tile below it, for targets where every tile's share is at least one split and
+  // below kAttnMaxSplits.
+  const Batch mixed =
+      MakeBatch({{4099, 17, 0}, {1500, 3, 0}, {9000, 40, 0}, {700, 1, 0}}, 16, rng);
+  for (int target : {264, 1000, 2000}) {
+    auto plan = PlanTreeAttention(mixed.descs, llama, 16, 1 << 20, kLimits, Split(target));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    std::set<std::tuple<int, int, int>> tiles;
+    for (const AttnWorkItem& item : plan->items) {
+      tiles.insert({item.seq, item.kv_head, item.row_begin});
+    }
+    EXPECT_LE(plan->items.size(), static_cast<size_t>(target)) << "target " << target;
+    EXPECT_GE(plan->items.size() + tiles.size(), static_cast<size_t>(target)) << "target " << target;
   }
 }
 
