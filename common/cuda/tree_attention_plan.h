@@ -9,10 +9,10 @@
 // [0, L + last node of the tile + 1) — the committed prefix, then the tree slots under the
 // ancestor mask — and that key range is split into chunks of whole key tiles so the batch
 // fills the GPU (flash-decoding). The partial results of a split tile are merged by
-// log-sum-exp either by the tile's last CTA to finish (a per-tile counter; tiles with few
-// partial rows, such as one node's) or in a second launch whose CTAs each take a few rows of
-// one split tile (AttnMergeItem): a large tile's partials are then read by many SMs at once,
-// not one.
+// log-sum-exp either by the tile's last CTA to finish (a per-tile counter; launches whose split
+// tiles all have few partial rows, such as one node's) or in a second launch whose CTAs each
+// take a few rows of one split tile (AttnMergeItem): a large tile's partials are then read by
+// many SMs at once, not one.
 #ifndef TREESPEC_COMMON_CUDA_TREE_ATTENTION_PLAN_H_
 #define TREESPEC_COMMON_CUDA_TREE_ATTENTION_PLAN_H_
 
@@ -157,8 +157,8 @@ struct AttnSplitOptions {
   // target_ctas) at least, which leaves CTA slots empty when that number is small (32 tiles of
   // 17 key tiles at 264 CTAs: 5 splits of 3–4 key tiles, 160 CTAs, against 8 splits, 256).
   bool proportional_splits = true;
-  // A split tile with valid rows × splits <= this is merged by its last CTA (no merge launch
-  // for it); larger ones by the merge launch. 0: every split tile by the merge launch.
+  // When every split tile has valid rows × splits <= this, each is merged by its last CTA (no
+  // merge launch); otherwise all go to the merge launch. 0: every split tile by the merge launch.
   int fused_merge_row_splits = 0;
 };
 

@@ -120,15 +120,19 @@ TEST(TreeAttentionPlanTest, TilesAndSplitsCoverEveryRowAndKeyOnce) {
           }
         }
         EXPECT_EQ(partials, plan->num_partials);
-        // Fused tiles: exactly the split tiles with valid rows × splits <= fused, one counter
-        // each, numbered from 0.
-        std::vector<int> counter_uses(plan->num_fused_tiles, 0);
+        // Fused tiles: every split tile when all have valid rows × splits <= fused, else none;
+        // one counter each, numbered from 0.
+        bool all_fusable = true;
         for (const auto& [key, counter] : counter_of) {
           const auto [b, h, r0] = key;
           const AttnSeqDesc& s = batch.descs[b];
           const int valid = std::min(tile, (s.num_nodes - s.first_query) * heads.NumQHeads(h) - r0);
-          const bool want_fused = static_cast<int64_t>(valid) * splits_seen[key] <= fused;
-          EXPECT_EQ(counter >= 0, want_fused)
+          all_fusable = all_fusable && static_cast<int64_t>(valid) * splits_seen[key] <= fused;
+        }
+        std::vector<int> counter_uses(plan->num_fused_tiles, 0);
+        for (const auto& [key, counter] : counter_of) {
+          const auto [b, h, r0] = key;
+          EXPECT_EQ(counter >= 0, all_fusable)
               << "seq " << b << " head " << h << " rows from " << r0;
           if (counter >= 0) {
             ASSERT_LT(counter, plan->num_fused_tiles);
@@ -209,6 +213,29 @@ TEST(TreeAttentionPlanTest, TilesAndSplitsCoverEveryRowAndKeyOnce) {
       }
     }
   }
+}
+
+TEST(TreeAttentionPlanTest, LastCtaMergesOnlyWhenNoTileNeedsTheMergeLaunch) {
+  std::mt19937 rng(13);
+  const AttnHeads llama{32, 8, 4, 0};
+  // One node at 1k: 4 rows × 17 splits = 68 <= 80, merged by the last CTA. Beside a 16-node
+  // tree (64 rows × 17 splits), which needs the merge launch, it goes there too.
+  const Batch one = MakeBatch({{1024, 1, 0}}, 16, rng);
+  const Batch mixed = MakeBatch({{1024, 1, 0}, {1024, 16, 0}}, 16, rng);
+  auto alone = PlanTreeAttention(one.descs, llama, 16, 1 << 20, kLimits,
+                                 Split(264, 1, kAttnSmallTileRows, 80));
+  auto beside = PlanTreeAttention(mixed.descs, llama, 16, 1 << 20, kLimits,
+                                  Split(264, 1, kAttnSmallTileRows, 80));
+  ASSERT_TRUE(alone.ok() && beside.ok()) << alone.status() << beside.status();
+  EXPECT_EQ(alone->num_split_tiles, 8);
+  EXPECT_EQ(alone->num_fused_tiles, 8);
+  EXPECT_TRUE(alone->merges.empty());
+  EXPECT_EQ(beside->num_split_tiles, 16);
+  EXPECT_EQ(beside->num_fused_tiles, 0);
+  for (const AttnWorkItem& item : beside->items) EXPECT_EQ(item.merge_counter, -1);
+  int merged_rows = 0;
+  for (const AttnMergeItem& m : beside->merges) merged_rows += m.rows;
+  EXPECT_EQ(merged_rows, 8 * (4 + 64));
 }
 
 TEST(TreeAttentionPlanTest, ProportionalSplitsFillTheTarget) {
