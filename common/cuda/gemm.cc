@@ -226,8 +226,7 @@ absl::Status GemmRunner::Prepare(int m, int n, int k, bool f32_output, bool with
 }
 
 absl::StatusOr<GemmRunner::Plan*> GemmRunner::GetOrCreatePlan(const PlanKey& key,
-                                                               const GemmArgs* args,
-                                                               cudaStream_t stream) {
+                                                               const TuneInputs* tune_on) {
   if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
   if (key.m <= options_.skinny_max_rows) {
     const SkinnyGemmShape shape =
@@ -284,13 +283,10 @@ absl::StatusOr<GemmRunner::Plan*> GemmRunner::GetOrCreatePlan(const PlanKey& key
                                 static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)));
 
   // The heuristic's candidates come fastest first by its own estimate. Kept: the one
-  // options_.cublas_candidate names, else the fastest of the leading ones timed on this call's
-  // buffers, else (under capture, or without buffers) the first.
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (args != nullptr) CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream, &capture));
+  // options_.cublas_candidate names, else (Tune) the fastest of the leading ones timed on
+  // tune_on's buffers, else the first.
   const bool tune = options_.cublas_candidate <= 0 && options_.cublas_tune_candidates > 1 &&
-                    key.m <= options_.cublas_tune_max_rows && args != nullptr &&
-                    capture == cudaStreamCaptureStatusNone;
+                    tune_on != nullptr;
   const int want = std::max(0, options_.cublas_candidate);
   std::vector<cublasLtMatmulHeuristicResult_t> results(tune ? options_.cublas_tune_candidates
                                                             : want + 1);
@@ -308,7 +304,7 @@ absl::StatusOr<GemmRunner::Plan*> GemmRunner::GetOrCreatePlan(const PlanKey& key
   int kept = want;
   if (tune && found > 1) {
     results.resize(found);
-    ASSIGN_OR_RETURN(kept, TimeCandidates(*plan, results, *args, stream));
+    ASSIGN_OR_RETURN(kept, TimeCandidates(*plan, results, *tune_on));
     plan->timed = found;
   }
   plan->algo = results[kept].algo;
@@ -317,6 +313,25 @@ absl::StatusOr<GemmRunner::Plan*> GemmRunner::GetOrCreatePlan(const PlanKey& key
   Plan* const raw = plan.get();
   plans_.emplace(key, std::move(plan));
   return raw;
+}
+
+absl::Status GemmRunner::Tune(const GemmArgs& args, cudaStream_t stream,
+                              absl::Span<const __nv_bfloat16* const> weights) {
+  RETURN_IF_ERROR(ValidateGemmArgs(args));
+  for (const __nv_bfloat16* w : weights) RETURN_IF_ERROR(ValidatePointer(w, "w to tune on"));
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone) {
+    return absl::FailedPreconditionError(
+        "GemmRunner::Tune under stream capture: it runs and waits; tune before capturing");
+  }
+  const bool silu_mul = args.epilogue == GemmEpilogue::kSiluMul;
+  // (A SiLU·mul shape is the few-row kernel's or refused by Run: nothing to time.)
+  const TuneInputs inputs{&args, weights, stream};
+  return GetOrCreatePlan(PlanKey{args.m, args.n, args.k, args.y_f32 != nullptr,
+                                 args.bias != nullptr, silu_mul},
+                         silu_mul ? nullptr : &inputs)
+      .status();
 }
 
 absl::StatusOr<std::string> GemmRunner::DescribePlan(const GemmArgs& args) const {
@@ -344,8 +359,15 @@ absl::StatusOr<std::string> GemmRunner::DescribePlan(const GemmArgs& args) const
 
 absl::StatusOr<int> GemmRunner::TimeCandidates(
     Plan& plan, const std::vector<cublasLtMatmulHeuristicResult_t>& candidates,
-    const GemmArgs& args, cudaStream_t stream) {
-  constexpr int kTimedRuns = 5;
+    const TuneInputs& tune) {
+  const cudaStream_t stream = tune.stream;
+  // The timed runs cycle through the weights, from one the warm-up did not just read: at least
+  // 5 runs, and one per weight matrix.
+  const std::vector<const __nv_bfloat16*> weights =
+      tune.weights.empty()
+          ? std::vector<const __nv_bfloat16*>{tune.args->w}
+          : std::vector<const __nv_bfloat16*>(tune.weights.begin(), tune.weights.end());
+  const int timed_runs = std::max(5, static_cast<int>(weights.size()));
   constexpr float kMargin = 0.98f;  // another candidate must beat the first by 2 %
   struct Events {
     cudaEvent_t start = nullptr, stop = nullptr;
@@ -356,11 +378,16 @@ absl::StatusOr<int> GemmRunner::TimeCandidates(
   } events;
   CUDA_RETURN_IF_ERROR(cudaEventCreate(&events.start));
   CUDA_RETURN_IF_ERROR(cudaEventCreate(&events.stop));
-  // ms of kTimedRuns back-to-back runs of plan.algo, after one to warm up.
+  // ms of timed_runs back-to-back runs of plan.algo, after one to warm up.
+  GemmArgs args = *tune.args;
   auto time_algo = [&]() -> absl::StatusOr<float> {
+    args.w = weights[0];
     RETURN_IF_ERROR(RunCublas(plan, args, stream));
     CUDA_RETURN_IF_ERROR(cudaEventRecord(events.start, stream));
-    for (int r = 0; r < kTimedRuns; ++r) RETURN_IF_ERROR(RunCublas(plan, args, stream));
+    for (int r = 1; r <= timed_runs; ++r) {
+      args.w = weights[r % weights.size()];
+      RETURN_IF_ERROR(RunCublas(plan, args, stream));
+    }
     CUDA_RETURN_IF_ERROR(cudaEventRecord(events.stop, stream));
     CUDA_RETURN_IF_ERROR(cudaEventSynchronize(events.stop));
     float ms = 0;
@@ -414,8 +441,7 @@ absl::Status GemmRunner::Run(const GemmArgs& args, cudaStream_t stream) {
   const bool silu_mul = args.epilogue == GemmEpilogue::kSiluMul;
   ASSIGN_OR_RETURN(Plan* const plan,
                    GetOrCreatePlan(PlanKey{args.m, args.n, args.k, f32_output,
-                                           args.bias != nullptr, silu_mul},
-                                   silu_mul ? nullptr : &args, stream));  // (y: n / 2 wide)
+                                           args.bias != nullptr, silu_mul}));
   if (silu_mul && !plan->skinny) {
     return absl::InvalidArgumentError(
         absl::StrCat("GEMM with the SiLU·mul epilogue: m=", args.m, " n=", args.n,

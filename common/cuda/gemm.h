@@ -7,12 +7,12 @@
 // algorithm (a "plan") and keeps it; later calls with that shape only set the bias pointer and
 // enqueue cublasLtMatmul on the caller's stream with the runner's preallocated workspace: no
 // device allocation, no heuristic query, no synchronisation, so the call can be captured in a
-// CUDA graph. The algorithm: a first eager Run times the heuristic's leading candidates on the
-// call's own buffers and keeps the fastest (GemmOptions::cublas_tune_candidates; it waits for
-// the stream); Prepare, or a first call under stream capture, takes the heuristic's first. Build
-// the plans a graph will need before capturing it (one eager Run per shape; it also loads the
-// kernel's module). Host code only (gemm.cc), but the header stays C++17-clean so .cu files may
-// include it.
+// CUDA graph. The algorithm: Run and Prepare take the heuristic's first; Tune, called once per
+// shape before serving (ModelShard does it at load for its graph buckets), times the
+// heuristic's leading candidates on the call's own buffers and keeps the fastest
+// (GemmOptions::cublas_tune_candidates; it waits for the stream). Build the plans a graph will
+// need before capturing it (one eager Run per shape; it also loads the kernel's module). Host
+// code only (gemm.cc), but the header stays C++17-clean so .cu files may include it.
 //
 //   ASSIGN_OR_RETURN(std::unique_ptr<GemmRunner> gemm,
 //                    GemmRunner::Create(kDefaultGemmWorkspaceBytes));
@@ -26,6 +26,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -34,6 +35,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "common/cuda/device_buffer.h"
 
 namespace treespec::gpu {
@@ -90,17 +92,14 @@ struct GemmOptions {
   // Shapes whose few-row grid is small (at most two CTAs per SM on the H200: the QKV and output
   // projections of an 8B model) run the deep pipeline (skinny_gemm.h); false: never.
   bool skinny_deep = true;
-  // cuBLASLt GEMMs of at most cublas_tune_max_rows rows (a verify step's): the first eager Run
-  // of a shape times this many of the heuristic's leading candidates (5 back-to-back runs each,
-  // after one to warm up) and keeps the fastest, the first unless another is 2 % faster; 0 or
-  // 1: the heuristic's first, untimed. The heuristic's first choice was 3–9 % slower than its
-  // best candidate for the 64-row gate/up, down and LM-head GEMMs of an 8B model on the H200
-  // (docs/performance.md). Larger GEMMs (prefill, whose row counts vary without CUDA graphs)
-  // take the first: a new shape must not cost a prompt tens of milliseconds.
+  // GemmRunner::Tune of a cuBLASLt shape times this many of the heuristic's leading candidates
+  // (5 back-to-back runs each, after one to warm up) and keeps the fastest, the first unless
+  // another is 2 % faster; 0 or 1: the heuristic's first, untimed. The heuristic's first choice
+  // was 3–9 % slower than its best candidate for the 64-row gate/up, down and LM-head GEMMs of an
+  // 8B model on the H200 (docs/performance.md).
   int cublas_tune_candidates = 8;
-  int cublas_tune_max_rows = 64;
-  // Benchmarks: i > 0 = always the heuristic's (i + 1)-th candidate, untimed (a shape with
-  // fewer candidates is UNIMPLEMENTED); 0 = as cublas_tune_candidates says.
+  // Benchmarks: i > 0 = always the heuristic's (i + 1)-th candidate, untimed even by Tune (a
+  // shape with fewer candidates is UNIMPLEMENTED); 0 = the first, or as Tune finds.
   int cublas_candidate = 0;
 };
 
@@ -128,6 +127,17 @@ class GemmRunner {
   // Builds the plan for a shape without running it: for every shape a CUDA graph will contain
   // before capturing it. OK if the plan exists already.
   absl::Status Prepare(int m, int n, int k, bool f32_output, bool with_bias);
+
+  // Builds the plan for `args`' shape as Run would, except that a cuBLASLt shape gets the
+  // fastest of the heuristic's leading candidates, timed on these buffers (y is written, and
+  // the call waits for `stream`). `weights`: every weight matrix of this shape that a forward
+  // streams (a model's layers), which the timed runs cycle through as a forward does, so that
+  // weights L2 holds alone but not together are timed from memory (empty: args.w alone). Not
+  // under stream capture (FAILED_PRECONDITION). OK, and nothing run, if the plan exists
+  // already: call it before the first Run of the shape. Too slow for the request path (an 8B
+  // model's gate/up: ~16 ms), so models call it at load.
+  absl::Status Tune(const GemmArgs& args, cudaStream_t stream,
+                    absl::Span<const __nv_bfloat16* const> weights = {});
 
   // Whether GEMMs of m rows run the few-row kernel (and so may use GemmEpilogue::kSiluMul).
   bool FewRows(int m) const { return m <= options_.skinny_max_rows; }
@@ -159,14 +169,19 @@ class GemmRunner {
   GemmRunner(cublasLtHandle_t handle, DeviceBuffer<unsigned char> workspace,
              const GemmOptions& options, int num_sms, int deep_ctas_per_sm,
              DeviceBuffer<float> partials, DeviceBuffer<int> counters);
-  // `args` and `stream`: the first call's, whose buffers time the candidates (null: untimed).
-  absl::StatusOr<Plan*> GetOrCreatePlan(const PlanKey& key, const GemmArgs* args = nullptr,
-                                        cudaStream_t stream = nullptr);
+  // What Tune times the candidates on.
+  struct TuneInputs {
+    const GemmArgs* args;
+    absl::Span<const __nv_bfloat16* const> weights;  // (empty: args->w)
+    cudaStream_t stream;
+  };
+  // `tune_on`: where to time the heuristic's candidates (null: take its first).
+  absl::StatusOr<Plan*> GetOrCreatePlan(const PlanKey& key, const TuneInputs* tune_on = nullptr);
   absl::Status RunCublas(const Plan& plan, const GemmArgs& args, cudaStream_t stream);
-  // The index among `candidates` of the fastest on `args` (see cublas_tune_candidates).
+  // The index among `candidates` of the fastest (see cublas_tune_candidates).
   absl::StatusOr<int> TimeCandidates(Plan& plan,
                                      const std::vector<cublasLtMatmulHeuristicResult_t>& candidates,
-                                     const GemmArgs& args, cudaStream_t stream);
+                                     const TuneInputs& tune);
 
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer<unsigned char> workspace_;

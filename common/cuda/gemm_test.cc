@@ -67,7 +67,8 @@ class GemmTest : public CudaTest {
     return host;
   }
   // MatchesCpu's cases through `gemm` (the few-row kernel takes m <= 64 unless disabled).
-  void ExpectMatchesCpu(GemmRunner& gemm);
+  // tune: every shape through GemmRunner::Tune before its first Run.
+  void ExpectMatchesCpu(GemmRunner& gemm, bool tune = false);
 
   // Random x [m, k], w [n, k] and bias [n] (values in [-1, 1]), on the host and the device.
   struct Inputs {
@@ -139,7 +140,15 @@ TEST_F(GemmTest, CublasOnlyMatchesCpu) {
   ExpectMatchesCpu(*gemm);
 }
 
-void GemmTest::ExpectMatchesCpu(GemmRunner& gemm_runner) {
+// cuBLASLt with each shape's algorithm timed among the heuristic's leading candidates.
+TEST_F(GemmTest, TunedCublasMatchesCpu) {
+  SCOPED_TRACE(absl::StrCat("seed ", Seed()));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GemmRunner> gemm,
+                       GemmRunner::Create(kDefaultGemmWorkspaceBytes, {.skinny_max_rows = 0}));
+  ExpectMatchesCpu(*gemm, /*tune=*/true);
+}
+
+void GemmTest::ExpectMatchesCpu(GemmRunner& gemm_runner, bool tune) {
   GemmRunner* const gemm = &gemm_runner;
   constexpr int kMs[] = {1, 3, 17, 64, 255};
   constexpr int kMaxM = 255;  // x holds kMaxM rows; a run with m rows reads the first m
@@ -191,6 +200,7 @@ void GemmTest::ExpectMatchesCpu(GemmRunner& gemm_runner) {
           if (f32_output) {
             ASSERT_OK_AND_ASSIGN(auto d_y, PoisonedF32(count));
             args.y_f32 = d_y.data();
+            if (tune) ASSERT_OK(gemm->Tune(args, stream_));
             ASSERT_OK(gemm->Run(args, stream_));
             ASSERT_OK_AND_ASSIGN(const std::vector<float> y, DownloadF32(d_y));
             ExpectGuardIntactF32(y, count);
@@ -198,6 +208,7 @@ void GemmTest::ExpectMatchesCpu(GemmRunner& gemm_runner) {
           } else {
             ASSERT_OK_AND_ASSIGN(auto d_y, Poisoned(count));
             args.y_bf16 = d_y.data();
+            if (tune) ASSERT_OK(gemm->Tune(args, stream_));
             ASSERT_OK(gemm->Run(args, stream_));
             ASSERT_OK_AND_ASSIGN(const std::vector<bf16> y, Download(d_y));
             ExpectGuardIntact(y, count);
@@ -287,51 +298,54 @@ TEST_F(GemmTest, OtherCublasCandidatesMatchCpu) {
   ASSERT_CUDA(cudaStreamSynchronize(stream_));
 }
 
-// The first eager Run of a cuBLASLt shape of at most cublas_tune_max_rows rows times the
-// heuristic's leading candidates; a larger one, or one first met under stream capture (where
-// nothing may wait), takes the first, untimed, and its graph gives the bits of an untimed
-// runner's eager run.
-TEST_F(GemmTest, CublasCandidatesAreTimedOnlyOutsideCapture) {
+// Tune times the heuristic's leading candidates of a cuBLASLt shape and keeps one; Run and
+// Prepare take the first, untimed; Tune of a shape that has its plan runs nothing; Tune under
+// stream capture is refused. A tuned plan's graph replays its eager bits.
+TEST_F(GemmTest, TuneTimesCandidatesRunDoesNot) {
   constexpr int kM = 64, kN = 4096 + 8, kK = 4096;
-  ASSERT_OK_AND_ASSIGN(const Inputs in, RandomInputs(kM + 1, kN, kK));
+  ASSERT_OK_AND_ASSIGN(const Inputs in, RandomInputs(kM, kN, kK));
   const size_t count = static_cast<size_t>(kM) * kN;
   ASSERT_OK_AND_ASSIGN(auto eager, Poisoned(count));
   ASSERT_OK_AND_ASSIGN(auto captured, Poisoned(count));
-  GemmArgs args{.m = kM, .n = kN, .k = kK, .x = in.d_x.data(), .w = in.d_w.data()};
+  GemmArgs args{.m = kM, .n = kN, .k = kK, .x = in.d_x.data(), .w = in.d_w.data(),
+                .y_bf16 = eager.data()};
 
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GemmRunner> timed,
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GemmRunner> untuned,
                        GemmRunner::Create(kDefaultGemmWorkspaceBytes, {.skinny_max_rows = 0}));
-  args.y_bf16 = eager.data();
-  ASSERT_OK(timed->Run(args, stream_));
-  ASSERT_OK_AND_ASSIGN(const std::string tuned, timed->DescribePlan(args));
-  EXPECT_NE(tuned.find(" timed"), std::string::npos) << tuned;
-  ASSERT_OK_AND_ASSIGN(auto wide, Poisoned(count + kN));
-  GemmArgs more_rows = args;
-  more_rows.m = kM + 1;
-  more_rows.y_bf16 = wide.data();
-  ASSERT_OK(timed->Run(more_rows, stream_));
-  ASSERT_OK_AND_ASSIGN(const std::string large, timed->DescribePlan(more_rows));
-  EXPECT_EQ(large.find(" timed"), std::string::npos) << large;
+  ASSERT_OK(untuned->Run(args, stream_));
+  ASSERT_OK_AND_ASSIGN(const std::string first, untuned->DescribePlan(args));
+  EXPECT_EQ(first.find(" timed"), std::string::npos) << first;
+  EXPECT_NE(first.find("candidate 1"), std::string::npos) << first;
+  ASSERT_OK(untuned->Tune(args, stream_));  // the plan exists: unchanged
+  EXPECT_EQ(untuned->DescribePlan(args).value_or(""), first);
 
-  ASSERT_OK_AND_ASSIGN(
-      std::unique_ptr<GemmRunner> untimed,
-      GemmRunner::Create(kDefaultGemmWorkspaceBytes,
-                         {.skinny_max_rows = 0, .cublas_tune_candidates = 0}));
-  ASSERT_OK(untimed->Run(args, stream_));  // into `eager`: the reference bits
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GemmRunner> in_capture,
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GemmRunner> tuned,
                        GemmRunner::Create(kDefaultGemmWorkspaceBytes, {.skinny_max_rows = 0}));
+  // Timed over two copies of the weights, as over a model's layers; a null copy is refused.
+  ASSERT_OK_AND_ASSIGN(auto w_copy, Upload(in.w.bf));
+  const bf16* bad[] = {in.d_w.data(), nullptr};
+  EXPECT_EQ(tuned->Tune(args, stream_, bad).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(tuned->plan_count(), 0);
+  const bf16* copies[] = {in.d_w.data(), w_copy.data()};
+  ASSERT_OK(tuned->Tune(args, stream_, copies));
+  ASSERT_OK_AND_ASSIGN(const std::string kept, tuned->DescribePlan(args));
+  EXPECT_NE(kept.find(" timed"), std::string::npos) << kept;
+  ASSERT_OK(tuned->Run(args, stream_));  // into `eager`: the reference bits
   ASSERT_CUDA(cudaStreamSynchronize(stream_));
+
+  GemmArgs other = args;  // a new shape: refused under capture, and no plan left behind
+  other.m = kM - 1;
   args.y_bf16 = captured.data();
   cudaGraph_t graph = nullptr;
   ASSERT_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-  const absl::Status run = in_capture->Run(args, stream_);
+  const absl::Status tune_in_capture = tuned->Tune(other, stream_);
+  const absl::Status run = tuned->Run(args, stream_);
   const cudaError_t end = cudaStreamEndCapture(stream_, &graph);  // always end the capture
   std::unique_ptr<CUgraph_st, cudaError_t (*)(cudaGraph_t)> graph_owner(graph, cudaGraphDestroy);
+  EXPECT_EQ(tune_in_capture.code(), absl::StatusCode::kFailedPrecondition) << tune_in_capture;
+  EXPECT_EQ(tuned->DescribePlan(other).status().code(), absl::StatusCode::kNotFound);
   ASSERT_OK(run);
   ASSERT_CUDA(end);
-  ASSERT_OK_AND_ASSIGN(const std::string first, in_capture->DescribePlan(args));
-  EXPECT_EQ(first.find(" timed"), std::string::npos) << first;
-  EXPECT_NE(first.find("candidate 1"), std::string::npos) << first;
   cudaGraphExec_t exec = nullptr;
   ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
   std::unique_ptr<CUgraphExec_st, cudaError_t (*)(cudaGraphExec_t)> exec_owner(

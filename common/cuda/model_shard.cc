@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_check.h"
@@ -225,7 +226,47 @@ absl::Status ModelShard::Init(const TensorSource& source) {
     ASSIGN_OR_RETURN(top_tokens_, DeviceBuffer<int32_t>::Create(r * kMaxTopKLogProbs));
     ASSIGN_OR_RETURN(top_logprobs_, DeviceBuffer<float>::Create(r * kMaxTopKLogProbs));
   }
+  RETURN_IF_ERROR(TuneGemms());
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
+bool ModelShard::UsesGraphs() const { return options_.cuda_graphs && plan_.world_size() == 1; }
+
+absl::Status ModelShard::TuneGemms() {
+  if (!UsesGraphs() || layers_.empty()) return absl::OkStatus();
+  const ModelConfig& c = config_;
+  const int hidden = c.hidden_size, d = c.head_dim;
+  const int hq = rank_.num_q_heads(), hkv = rank_.num_kv_heads(), f = rank_.mlp_width();
+  // Each shape is timed over every layer's weights, as a forward streams them. Contents do not
+  // matter: every output is written again before it is read.
+  std::vector<const bf16*> qkv, wo, gate_up, down;
+  for (const Layer& l : layers_) {
+    qkv.push_back(l.w_qkv.data());
+    wo.push_back(l.wo.data());
+    gate_up.push_back(l.w_gate_up.data());
+    down.push_back(l.w_down.data());
+  }
+  const Layer& first = layers_[0];
+  const bf16* const qkv_bias = first.b_qkv.size() > 0 ? first.b_qkv.data() : nullptr;
+  const bf16* const head = c.tie_word_embeddings ? embed_.data() : lm_head_.data();
+  for (int rows = 1; rows <= std::min(64, options_.max_rows); ++rows) {
+    if (GraphBucketOf(rows).rows != rows || gemm_->FewRows(rows)) continue;
+    auto tune = [&](const bf16* x, absl::Span<const bf16* const> weights, const bf16* bias, int n,
+                    int k, bf16* y, float* y_f32) -> absl::Status {
+      if (n == 0 || k == 0) return absl::OkStatus();
+      return gemm_->Tune({.m = rows, .n = n, .k = k, .x = x, .w = weights[0], .bias = bias,
+                          .y_bf16 = y, .y_f32 = y_f32},
+                         stream_, weights);
+    };
+    RETURN_IF_ERROR(tune(h_.data(), qkv, qkv_bias, (hq + 2 * hkv) * d, hidden, qkv_.data(),
+                         nullptr));
+    RETURN_IF_ERROR(tune(attn_.data(), wo, nullptr, hidden, hq * d, out_.data(), nullptr));
+    RETURN_IF_ERROR(tune(h_.data(), gate_up, nullptr, 2 * f, hidden, gate_up_.data(), nullptr));
+    RETURN_IF_ERROR(tune(act_.data(), down, nullptr, hidden, f, out_.data(), nullptr));
+    RETURN_IF_ERROR(tune(h_.data(), {&head, 1}, nullptr, rank_.vocab_size(), hidden, nullptr,
+                         logits_.data()));
+  }
   return absl::OkStatus();
 }
 
@@ -268,7 +309,7 @@ absl::Status ModelShard::Forward(const int32_t* meta, int rows,
   if (rows < 1 || rows > options_.max_rows) {
     return absl::InternalError(absl::StrCat("shard forward of ", rows, " rows"));
   }
-  const bool graph = options_.cuda_graphs && plan_.world_size() == 1 && !timing_;
+  const bool graph = UsesGraphs() && !timing_;
   int padded = rows;
   if (graph) padded = std::min(GraphBucketOf(rows).rows, options_.max_rows);
   // Padded rows: token 0 at position 0, K/V into the scratch page's first slot.
@@ -296,7 +337,7 @@ absl::Status ModelShard::LayersGraph(int rows) {
     CUDA_RETURN_IF_ERROR(cudaGraphLaunch(g.exec, stream_));
     return absl::OkStatus();
   }
-  // An eager run first: it builds (and tunes) the GEMM plans the capture needs.
+  // An eager run first: it builds the GEMM plans the capture needs (tuned at load: TuneGemms).
   RETURN_IF_ERROR(Layers(rows));
   const int capacity = std::max(64, 2 * items);
   attention_->set_grid_capacity(capacity);

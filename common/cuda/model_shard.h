@@ -154,6 +154,12 @@ class ModelShard {
   ModelShard(const ModelConfig& config, const TpPlan& plan, const ShardOptions& options,
              std::unique_ptr<Communicator> comm, PeerReduceGroup* peer);
   absl::Status Init(const TensorSource& source);
+  // Whether forwards replay CUDA graphs (tp == 1 with ShardOptions::cuda_graphs).
+  bool UsesGraphs() const;
+  // At load: GemmRunner::Tune for every cuBLASLt GEMM of the graph buckets' row counts up to 64
+  // (a verify step's), so that no forward waits for it. Forwards without graphs (tp > 1) take
+  // cuBLASLt's first candidate for their exact row counts.
+  absl::Status TuneGemms();
   absl::Status Layers(int rows);
   // Layers(rows) as a replay of the bucket's CUDA graph (captured after an eager run).
   absl::Status LayersGraph(int rows);
