@@ -33,6 +33,7 @@
 #include "common/cuda/embedding.h"
 #include "common/cuda/skinny_gemm.h"
 #include "common/model/cpu_ops.h"
+#include "common/util/status_macros.h"
 #include "gtest/gtest.h"
 
 namespace treespec::gpu {
@@ -65,6 +66,22 @@ class GemmTest : public CudaTest {
     std::vector<float> host(buffer.size());
     if (absl::Status s = buffer.CopyToHost(absl::MakeSpan(host)); !s.ok()) return s;
     return host;
+  }
+  using GraphExec = std::unique_ptr<CUgraphExec_st, cudaError_t (*)(cudaGraphExec_t)>;
+  // Captures what `enqueue` puts on stream_ (in `mode`) into an instantiated graph; the capture
+  // always ends. Errors: `enqueue`'s, then the capture's.
+  absl::StatusOr<GraphExec> Capture(cudaStreamCaptureMode mode,
+                                    const std::function<absl::Status()>& enqueue) {
+    CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, mode));
+    const absl::Status enqueued = enqueue();
+    cudaGraph_t graph = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+    std::unique_ptr<CUgraph_st, cudaError_t (*)(cudaGraph_t)> graph_owner(graph, cudaGraphDestroy);
+    if (!enqueued.ok()) return enqueued;
+    CUDA_RETURN_IF_ERROR(end);
+    cudaGraphExec_t exec = nullptr;
+    CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&exec, graph, 0));
+    return GraphExec(exec, cudaGraphExecDestroy);
   }
   // MatchesCpu's cases through `gemm` (the few-row kernel takes m <= 64 unless disabled).
   // tune: every shape through GemmRunner::Tune before its first Run.
@@ -336,21 +353,15 @@ TEST_F(GemmTest, TuneTimesCandidatesRunDoesNot) {
   GemmArgs other = args;  // a new shape: refused under capture, and no plan left behind
   other.m = kM - 1;
   args.y_bf16 = captured.data();
-  cudaGraph_t graph = nullptr;
-  ASSERT_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-  const absl::Status tune_in_capture = tuned->Tune(other, stream_);
-  const absl::Status run = tuned->Run(args, stream_);
-  const cudaError_t end = cudaStreamEndCapture(stream_, &graph);  // always end the capture
-  std::unique_ptr<CUgraph_st, cudaError_t (*)(cudaGraph_t)> graph_owner(graph, cudaGraphDestroy);
+  absl::Status tune_in_capture;
+  ASSERT_OK_AND_ASSIGN(const GraphExec exec,
+                       Capture(cudaStreamCaptureModeThreadLocal, [&]() -> absl::Status {
+                         tune_in_capture = tuned->Tune(other, stream_);
+                         return tuned->Run(args, stream_);
+                       }));
   EXPECT_EQ(tune_in_capture.code(), absl::StatusCode::kFailedPrecondition) << tune_in_capture;
   EXPECT_EQ(tuned->DescribePlan(other).status().code(), absl::StatusCode::kNotFound);
-  ASSERT_OK(run);
-  ASSERT_CUDA(end);
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  std::unique_ptr<CUgraphExec_st, cudaError_t (*)(cudaGraphExec_t)> exec_owner(
-      exec, cudaGraphExecDestroy);
-  ASSERT_CUDA(cudaGraphLaunch(exec, stream_));
+  ASSERT_CUDA(cudaGraphLaunch(exec.get(), stream_));
   ASSERT_OK_AND_ASSIGN(const std::vector<bf16> want, Download(eager));
   ASSERT_OK_AND_ASSIGN(const std::vector<bf16> got, Download(captured));
   for (size_t i = 0; i < count; ++i) {
@@ -457,21 +468,13 @@ TEST_F(GemmTest, CapturedGraphReplaysEagerResult) {
 
   with_bias.y_bf16 = graph_bf16.data();
   logits.y_f32 = graph_f32.data();
-  cudaGraph_t graph = nullptr;
-  ASSERT_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal));
-  const absl::Status run_bias = gemm->Run(with_bias, stream_);
-  const absl::Status run_logits = gemm->Run(logits, stream_);
-  const cudaError_t end = cudaStreamEndCapture(stream_, &graph);  // always end the capture
-  std::unique_ptr<CUgraph_st, cudaError_t (*)(cudaGraph_t)> graph_owner(graph, cudaGraphDestroy);
-  ASSERT_OK(run_bias);
-  ASSERT_OK(run_logits);
-  ASSERT_CUDA(end);
+  ASSERT_OK_AND_ASSIGN(const GraphExec exec,
+                       Capture(cudaStreamCaptureModeGlobal, [&]() -> absl::Status {
+                         RETURN_IF_ERROR(gemm->Run(with_bias, stream_));
+                         return gemm->Run(logits, stream_);
+                       }));
   EXPECT_EQ(gemm->plan_count(), 2);
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  std::unique_ptr<CUgraphExec_st, cudaError_t (*)(cudaGraphExec_t)> exec_owner(
-      exec, cudaGraphExecDestroy);
-  for (int replay = 0; replay < 2; ++replay) ASSERT_CUDA(cudaGraphLaunch(exec, stream_));
+  for (int replay = 0; replay < 2; ++replay) ASSERT_CUDA(cudaGraphLaunch(exec.get(), stream_));
 
   ASSERT_OK_AND_ASSIGN(const std::vector<bf16> want_bf16, Download(eager_bf16));
   ASSERT_OK_AND_ASSIGN(const std::vector<bf16> got_bf16, Download(graph_bf16));
