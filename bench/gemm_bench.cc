@@ -133,8 +133,7 @@ absl::StatusOr<nlohmann::json> RunCase(const Shape& s, int rows, const Kernel& k
       2.0 * w_elems + 2.0 * rows * s.k + (s.f32_output ? 4.0 : 2.0) * rows * y_cols;
   const double floor_us = bytes / ceilings.copy_bandwidth * 1e6;
   const double chain_us = Median(chains) / chain * 1e6, single_us = Median(singles) * 1e6;
-  ASSIGN_OR_RETURN(const std::string algorithm,
-                   gemm->DescribePlan(args));
+  ASSIGN_OR_RETURN(const std::string algorithm, gemm->DescribePlan(args));
   return nlohmann::json{{"gemm", s.name},
                         {"algorithm", algorithm},
                         {"n", s.n},
@@ -172,7 +171,8 @@ absl::Status Main() {
        {.skinny_max_rows = kSkinnyMaxRows, .dependent_launch = true, .skinny_deep = false}},
       {"few_row_pdl", {.skinny_max_rows = kSkinnyMaxRows}}};
   for (int c = 1; c < absl::GetFlag(FLAGS_cublas_candidates); ++c) {
-    kernels.push_back({absl::StrCat("cublaslt#", c + 1), {.skinny_max_rows = 0, .cublas_candidate = c}});
+    kernels.push_back(
+        {absl::StrCat("cublaslt#", c + 1), {.skinny_max_rows = 0, .cublas_candidate = c}});
   }
   std::printf("%s: copy %.3g B/s; tp %d\n", ceilings.device.c_str(), ceilings.copy_bandwidth, tp);
   std::printf("%8s %5s %6s %15s %9s %9s %9s %9s %7s %7s %6s\n", "gemm", "n", "k", "kernel", "rows",
@@ -191,12 +191,11 @@ absl::Status Main() {
         }
         RETURN_IF_ERROR(result.status());
         nlohmann::json& j = *result;
-        std::printf("%8s %5d %6d %15s %9d %9.2f %9.2f %9.2f %7.2f %7.2f %6.2f  %s\n", s.name, s.n,
-                    s.k, kernel.name.c_str(), rows, j["chain_us"].get<double>(),
-                    j["single_us"].get<double>(), j["hot_us"].get<double>(),
-                    j["floor_us"].get<double>(), j["chain_ratio"].get<double>(),
-                    j["chain_bytes_per_s"].get<double>() / 1e12,
-                    j["algorithm"].get<std::string>().c_str());
+        std::printf(
+            "%8s %5d %6d %15s %9d %9.2f %9.2f %9.2f %7.2f %7.2f %6.2f  %s\n", s.name, s.n, s.k,
+            kernel.name.c_str(), rows, j["chain_us"].get<double>(), j["single_us"].get<double>(),
+            j["hot_us"].get<double>(), j["floor_us"].get<double>(), j["chain_ratio"].get<double>(),
+            j["chain_bytes_per_s"].get<double>() / 1e12, j["algorithm"].get<std::string>().c_str());
         std::fflush(stdout);
         results.push_back(std::move(j));
       }

@@ -127,7 +127,7 @@ struct GemmRunner::Plan {
   cublasLtMatrixLayout_t x_layout = nullptr;  // cuBLAS's B
   cublasLtMatrixLayout_t y_layout = nullptr;  // cuBLAS's C and D
   cublasLtMatmulAlgo_t algo = {};
-  float waves = 0;  // the heuristic's estimate of the algorithm's waves of CTAs
+  float waves = 0;    // the heuristic's estimate of the algorithm's waves of CTAs
   int candidate = 0;  // the heuristic's candidate kept (0: its first)
   int timed = 0;      // candidates timed to choose it (0: untimed)
   // The few-row kernel's plan instead (no cuBLASLt descriptors then).
@@ -226,7 +226,7 @@ absl::Status GemmRunner::Prepare(int m, int n, int k, bool f32_output, bool with
 }
 
 absl::StatusOr<GemmRunner::Plan*> GemmRunner::GetOrCreatePlan(const PlanKey& key,
-                                                               const TuneInputs* tune_on) {
+                                                              const TuneInputs* tune_on) {
   if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
   if (key.m <= options_.skinny_max_rows) {
     const SkinnyGemmShape shape =
@@ -285,8 +285,8 @@ absl::StatusOr<GemmRunner::Plan*> GemmRunner::GetOrCreatePlan(const PlanKey& key
   // The heuristic's candidates come fastest first by its own estimate. Kept: the one
   // options_.cublas_candidate names, else (Tune) the fastest of the leading ones timed on
   // tune_on's buffers, else the first.
-  const bool tune = options_.cublas_candidate <= 0 && options_.cublas_tune_candidates > 1 &&
-                    tune_on != nullptr;
+  const bool tune =
+      options_.cublas_candidate <= 0 && options_.cublas_tune_candidates > 1 && tune_on != nullptr;
   const int want = std::max(0, options_.cublas_candidate);
   std::vector<cublasLtMatmulHeuristicResult_t> results(tune ? options_.cublas_tune_candidates
                                                             : want + 1);
@@ -295,11 +295,11 @@ absl::StatusOr<GemmRunner::Plan*> GemmRunner::GetOrCreatePlan(const PlanKey& key
       handle_, plan->desc, plan->w_layout, plan->x_layout, plan->y_layout, plan->y_layout,
       preference.get(), static_cast<int>(results.size()), results.data(), &found));
   if (found <= want || results[want].state != CUBLAS_STATUS_SUCCESS) {
-    return absl::UnimplementedError(absl::StrCat(
-        "cuBLASLt has ", found, " algorithm(s), not the ", want + 1, " wanted, for the GEMM m=",
-        key.m, " n=", key.n, " k=", key.k, " output ", key.f32_output ? "fp32" : "bf16",
-        key.with_bias ? " with bias" : "", " within a workspace of ", workspace_.bytes(),
-        " bytes"));
+    return absl::UnimplementedError(
+        absl::StrCat("cuBLASLt has ", found, " algorithm(s), not the ", want + 1,
+                     " wanted, for the GEMM m=", key.m, " n=", key.n, " k=", key.k, " output ",
+                     key.f32_output ? "fp32" : "bf16", key.with_bias ? " with bias" : "",
+                     " within a workspace of ", workspace_.bytes(), " bytes"));
   }
   int kept = want;
   if (tune && found > 1) {
@@ -328,15 +328,15 @@ absl::Status GemmRunner::Tune(const GemmArgs& args, cudaStream_t stream,
   const bool silu_mul = args.epilogue == GemmEpilogue::kSiluMul;
   // (A SiLU·mul shape is the few-row kernel's or refused by Run: nothing to time.)
   const TuneInputs inputs{&args, weights, stream};
-  return GetOrCreatePlan(PlanKey{args.m, args.n, args.k, args.y_f32 != nullptr,
-                                 args.bias != nullptr, silu_mul},
-                         silu_mul ? nullptr : &inputs)
+  return GetOrCreatePlan(
+             PlanKey{args.m, args.n, args.k, args.y_f32 != nullptr, args.bias != nullptr, silu_mul},
+             silu_mul ? nullptr : &inputs)
       .status();
 }
 
 absl::StatusOr<std::string> GemmRunner::DescribePlan(const GemmArgs& args) const {
-  auto it = plans_.find(PlanKey{args.m, args.n, args.k, args.y_f32 != nullptr,
-                                args.bias != nullptr, args.epilogue == GemmEpilogue::kSiluMul});
+  auto it = plans_.find(PlanKey{args.m, args.n, args.k, args.y_f32 != nullptr, args.bias != nullptr,
+                                args.epilogue == GemmEpilogue::kSiluMul});
   if (it == plans_.end()) {
     return absl::NotFoundError(
         absl::StrCat("no GEMM plan for m=", args.m, " n=", args.n, " k=", args.k));
@@ -349,12 +349,11 @@ absl::StatusOr<std::string> GemmRunner::DescribePlan(const GemmArgs& args) const
     cublasLtMatmulAlgoConfigGetAttribute(&plan.algo, attribute, &value, sizeof(value), &written);
     return value;
   };
-  return absl::StrCat("algo ", config(CUBLASLT_ALGO_CONFIG_ID), " tile ",
-                      config(CUBLASLT_ALGO_CONFIG_TILE_ID), " stages ",
-                      config(CUBLASLT_ALGO_CONFIG_STAGES_ID), " split-k ",
-                      config(CUBLASLT_ALGO_CONFIG_SPLITK_NUM), " waves ", plan.waves,
-                      ", candidate ", plan.candidate + 1,
-                      plan.timed > 0 ? absl::StrCat(" of ", plan.timed, " timed") : "");
+  return absl::StrCat(
+      "algo ", config(CUBLASLT_ALGO_CONFIG_ID), " tile ", config(CUBLASLT_ALGO_CONFIG_TILE_ID),
+      " stages ", config(CUBLASLT_ALGO_CONFIG_STAGES_ID), " split-k ",
+      config(CUBLASLT_ALGO_CONFIG_SPLITK_NUM), " waves ", plan.waves, ", candidate ",
+      plan.candidate + 1, plan.timed > 0 ? absl::StrCat(" of ", plan.timed, " timed") : "");
 }
 
 absl::StatusOr<int> GemmRunner::TimeCandidates(
@@ -430,8 +429,7 @@ absl::Status GemmRunner::RunCublas(const Plan& plan, const GemmArgs& args, cudaS
   void* const y = f32_output ? static_cast<void*>(args.y_f32) : static_cast<void*>(args.y_bf16);
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle_, plan.desc, &alpha, args.w, plan.w_layout, args.x,
                                         plan.x_layout, &beta, y, plan.y_layout, y, plan.y_layout,
-                                        &plan.algo, workspace_.data(), workspace_.bytes(),
-                                        stream));
+                                        &plan.algo, workspace_.data(), workspace_.bytes(), stream));
   return absl::OkStatus();
 }
 
@@ -439,9 +437,8 @@ absl::Status GemmRunner::Run(const GemmArgs& args, cudaStream_t stream) {
   RETURN_IF_ERROR(ValidateGemmArgs(args));
   const bool f32_output = args.y_f32 != nullptr;
   const bool silu_mul = args.epilogue == GemmEpilogue::kSiluMul;
-  ASSIGN_OR_RETURN(Plan* const plan,
-                   GetOrCreatePlan(PlanKey{args.m, args.n, args.k, f32_output,
-                                           args.bias != nullptr, silu_mul}));
+  ASSIGN_OR_RETURN(Plan* const plan, GetOrCreatePlan(PlanKey{args.m, args.n, args.k, f32_output,
+                                                             args.bias != nullptr, silu_mul}));
   if (silu_mul && !plan->skinny) {
     return absl::InvalidArgumentError(
         absl::StrCat("GEMM with the SiLU·mul epilogue: m=", args.m, " n=", args.n,

@@ -275,10 +275,9 @@ TEST_F(GemmTest, OtherCublasCandidatesMatchCpu) {
   int ran = 0;
   for (int candidate : {1, 2, 3}) {
     SCOPED_TRACE(absl::StrCat("candidate ", candidate));
-    ASSERT_OK_AND_ASSIGN(
-        std::unique_ptr<GemmRunner> gemm,
-        GemmRunner::Create(kDefaultGemmWorkspaceBytes,
-                           {.skinny_max_rows = 0, .cublas_candidate = candidate}));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<GemmRunner> gemm,
+                         GemmRunner::Create(kDefaultGemmWorkspaceBytes,
+                                            {.skinny_max_rows = 0, .cublas_candidate = candidate}));
     ASSERT_OK_AND_ASSIGN(auto d_y, Poisoned(ref.size()));
     const GemmArgs args{
         .m = kM, .n = kN, .k = kK, .x = d_x.data(), .w = d_w.data(), .y_bf16 = d_y.data()};
@@ -302,8 +301,7 @@ TEST_F(GemmTest, OtherCublasCandidatesMatchCpu) {
                                           {.skinny_max_rows = 0, .cublas_candidate = 100000}));
   ASSERT_OK_AND_ASSIGN(auto d_y, Poisoned(ref.size()));
   const absl::Status status = past->Run(
-      {.m = kM, .n = kN, .k = kK, .x = d_x.data(), .w = d_w.data(), .y_bf16 = d_y.data()},
-      stream_);
+      {.m = kM, .n = kN, .k = kK, .x = d_x.data(), .w = d_w.data(), .y_bf16 = d_y.data()}, stream_);
   EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented) << status;
   EXPECT_NE(status.message().find("not the 100001 wanted"), std::string::npos) << status;
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<GemmRunner> few,
@@ -324,8 +322,8 @@ TEST_F(GemmTest, TuneTimesCandidatesRunDoesNot) {
   const size_t count = static_cast<size_t>(kM) * kN;
   ASSERT_OK_AND_ASSIGN(auto eager, Poisoned(count));
   ASSERT_OK_AND_ASSIGN(auto captured, Poisoned(count));
-  GemmArgs args{.m = kM, .n = kN, .k = kK, .x = in.d_x.data(), .w = in.d_w.data(),
-                .y_bf16 = eager.data()};
+  GemmArgs args{
+      .m = kM, .n = kN, .k = kK, .x = in.d_x.data(), .w = in.d_w.data(), .y_bf16 = eager.data()};
 
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<GemmRunner> untuned,
                        GemmRunner::Create(kDefaultGemmWorkspaceBytes, {.skinny_max_rows = 0}));

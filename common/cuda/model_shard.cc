@@ -255,17 +255,23 @@ absl::Status ModelShard::TuneGemms() {
     auto tune = [&](const bf16* x, absl::Span<const bf16* const> weights, const bf16* bias, int n,
                     int k, bf16* y, float* y_f32) -> absl::Status {
       if (n == 0 || k == 0) return absl::OkStatus();
-      return gemm_->Tune({.m = rows, .n = n, .k = k, .x = x, .w = weights[0], .bias = bias,
-                          .y_bf16 = y, .y_f32 = y_f32},
+      return gemm_->Tune({.m = rows,
+                          .n = n,
+                          .k = k,
+                          .x = x,
+                          .w = weights[0],
+                          .bias = bias,
+                          .y_bf16 = y,
+                          .y_f32 = y_f32},
                          stream_, weights);
     };
-    RETURN_IF_ERROR(tune(h_.data(), qkv, qkv_bias, (hq + 2 * hkv) * d, hidden, qkv_.data(),
-                         nullptr));
+    RETURN_IF_ERROR(
+        tune(h_.data(), qkv, qkv_bias, (hq + 2 * hkv) * d, hidden, qkv_.data(), nullptr));
     RETURN_IF_ERROR(tune(attn_.data(), wo, nullptr, hidden, hq * d, out_.data(), nullptr));
     RETURN_IF_ERROR(tune(h_.data(), gate_up, nullptr, 2 * f, hidden, gate_up_.data(), nullptr));
     RETURN_IF_ERROR(tune(act_.data(), down, nullptr, hidden, f, out_.data(), nullptr));
-    RETURN_IF_ERROR(tune(h_.data(), {&head, 1}, nullptr, rank_.vocab_size(), hidden, nullptr,
-                         logits_.data()));
+    RETURN_IF_ERROR(
+        tune(h_.data(), {&head, 1}, nullptr, rank_.vocab_size(), hidden, nullptr, logits_.data()));
   }
   return absl::OkStatus();
 }

@@ -78,7 +78,7 @@ struct ShardOptions {
   bool attention_dependent_launch = true;  // TreeAttentionOptions::dependent_launch
   // TreeAttentionOptions::fused_merge_row_splits
   int attention_fused_merge_row_splits = kAttnDefaultFusedMergeRowSplits;
-  bool attention_wgmma = true;  // TreeAttentionOptions::wgmma
+  bool attention_wgmma = true;                // TreeAttentionOptions::wgmma
   bool attention_proportional_splits = true;  // TreeAttentionOptions::proportional_splits
 };
 

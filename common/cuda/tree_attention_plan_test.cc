@@ -87,129 +87,131 @@ TEST(TreeAttentionPlanTest, TilesAndSplitsCoverEveryRowAndKeyOnce) {
   for (int tile : {kAttnSmallTileRows, kAttnMaxTileRows}) {
     for (int target : {1, 7, 132, 264, 100000}) {
       for (int fused : {0, 256, 1 << 30}) {
-       for (bool proportional : {true, false}) {
-        SCOPED_TRACE(absl::StrCat("target_ctas ", target, ", tiles of ", tile, " rows, fused ",
-                                  fused, proportional ? ", proportional" : ", whole chunks"));
-        auto plan = PlanTreeAttention(batch.descs, heads, 16, 1 << 20, kLimits,
-                                      Split(target, 1, tile, fused, proportional));
-        ASSERT_TRUE(plan.ok()) << plan.status();
-        EXPECT_EQ(plan->tile_rows, tile);
-        // rows[(seq, kv head)] -> tile starts; keys[(seq, head, row_begin)] -> next expected key.
-        std::map<std::tuple<int, int, int>, int> next_key;
-        std::map<std::tuple<int, int, int>, int> splits_seen;
-        std::map<std::tuple<int, int, int>, int> counter_of;  // split tile -> its merge counter
-        int partials = 0;
-        for (const AttnWorkItem& item : plan->items) {
-          const auto key = std::make_tuple(item.seq, item.kv_head, item.row_begin);
-          EXPECT_EQ(item.key_begin, next_key[key]) << "gap or overlap in the key range";
-          EXPECT_LT(item.key_begin, item.key_end);
-          EXPECT_EQ(item.key_begin % kAttnTileKeys, 0);
-          next_key[key] = item.key_end;
-          EXPECT_EQ(item.page_begin, plan->seqs[item.seq].page_begin);
-          EXPECT_EQ(item.prefix_len, plan->seqs[item.seq].prefix_len);
-          EXPECT_EQ(item.split, splits_seen[key]++);
-          if (item.num_splits > 1) {
-            EXPECT_GE(item.partial_base, 0);
-            partials = std::max(partials, item.partial_base + item.split + 1);
-            // Every split of a tile names the same counter (or none).
-            if (item.split == 0) counter_of[key] = item.merge_counter;
-            EXPECT_EQ(item.merge_counter, counter_of[key]);
-          } else {
-            EXPECT_EQ(item.partial_base, -1);
-            EXPECT_EQ(item.merge_counter, -1);
-          }
-        }
-        EXPECT_EQ(partials, plan->num_partials);
-        // Fused tiles: every split tile when all have valid rows × splits <= fused, else none;
-        // one counter each, numbered from 0.
-        bool all_fusable = true;
-        for (const auto& [key, counter] : counter_of) {
-          const auto [b, h, r0] = key;
-          const AttnSeqDesc& s = batch.descs[b];
-          const int valid = std::min(tile, (s.num_nodes - s.first_query) * heads.NumQHeads(h) - r0);
-          all_fusable = all_fusable && static_cast<int64_t>(valid) * splits_seen[key] <= fused;
-        }
-        std::vector<int> counter_uses(plan->num_fused_tiles, 0);
-        for (const auto& [key, counter] : counter_of) {
-          const auto [b, h, r0] = key;
-          EXPECT_EQ(counter >= 0, all_fusable)
-              << "seq " << b << " head " << h << " rows from " << r0;
-          if (counter >= 0) {
-            ASSERT_LT(counter, plan->num_fused_tiles);
-            ++counter_uses[counter];
-          }
-        }
-        for (int uses : counter_uses) EXPECT_EQ(uses, 1);
-        if (fused == 0) EXPECT_EQ(plan->num_fused_tiles, 0);
-        if (fused == 1 << 30) EXPECT_TRUE(plan->merges.empty());
-        int rows = 0;
-        for (size_t b = 0; b < batch.descs.size(); ++b) {
-          const AttnSeqDesc& s = batch.descs[b];
-          rows += s.num_nodes - s.first_query;
-          EXPECT_EQ(plan->seqs[b].q_row_begin, rows - (s.num_nodes - s.first_query));
-          for (int h = 0; h < heads.num_kv_heads; ++h) {
-            const int tile_rows = (s.num_nodes - s.first_query) * heads.NumQHeads(h);
-            for (int r = 0; r < tile_rows; r += tile) {
-              const auto key = std::make_tuple(static_cast<int>(b), h, r);
-              const int last_node =
-                  s.first_query + (std::min(tile_rows, r + tile) - 1) / heads.NumQHeads(h);
-              EXPECT_EQ(next_key[key], s.prefix_len + last_node + 1)
-                  << "seq " << b << " head " << h << " rows from " << r;
-              EXPECT_EQ(
-                  splits_seen[key], plan->items.empty() ? 0 : [&] {
-                    for (const AttnWorkItem& item : plan->items) {
-                      if (std::make_tuple(item.seq, item.kv_head, item.row_begin) == key) {
-                        return item.num_splits;
-                      }
-                    }
-                    return -1;
-                  }());
+        for (bool proportional : {true, false}) {
+          SCOPED_TRACE(absl::StrCat("target_ctas ", target, ", tiles of ", tile, " rows, fused ",
+                                    fused, proportional ? ", proportional" : ", whole chunks"));
+          auto plan = PlanTreeAttention(batch.descs, heads, 16, 1 << 20, kLimits,
+                                        Split(target, 1, tile, fused, proportional));
+          ASSERT_TRUE(plan.ok()) << plan.status();
+          EXPECT_EQ(plan->tile_rows, tile);
+          // rows[(seq, kv head)] -> tile starts; keys[(seq, head, row_begin)] -> next expected key.
+          std::map<std::tuple<int, int, int>, int> next_key;
+          std::map<std::tuple<int, int, int>, int> splits_seen;
+          std::map<std::tuple<int, int, int>, int> counter_of;  // split tile -> its merge counter
+          int partials = 0;
+          for (const AttnWorkItem& item : plan->items) {
+            const auto key = std::make_tuple(item.seq, item.kv_head, item.row_begin);
+            EXPECT_EQ(item.key_begin, next_key[key]) << "gap or overlap in the key range";
+            EXPECT_LT(item.key_begin, item.key_end);
+            EXPECT_EQ(item.key_begin % kAttnTileKeys, 0);
+            next_key[key] = item.key_end;
+            EXPECT_EQ(item.page_begin, plan->seqs[item.seq].page_begin);
+            EXPECT_EQ(item.prefix_len, plan->seqs[item.seq].prefix_len);
+            EXPECT_EQ(item.split, splits_seen[key]++);
+            if (item.num_splits > 1) {
+              EXPECT_GE(item.partial_base, 0);
+              partials = std::max(partials, item.partial_base + item.split + 1);
+              // Every split of a tile names the same counter (or none).
+              if (item.split == 0) counter_of[key] = item.merge_counter;
+              EXPECT_EQ(item.merge_counter, counter_of[key]);
+            } else {
+              EXPECT_EQ(item.partial_base, -1);
+              EXPECT_EQ(item.merge_counter, -1);
             }
           }
-        }
-        EXPECT_EQ(plan->num_query_rows, rows);
-        // Merge CTAs: every row of every split tile that is not fused exactly once, none for
-        // unsplit or fused tiles.
-        std::map<std::tuple<int, int, int>, int> merged;  // (seq, head, row) -> times merged
-        for (const AttnMergeItem& m : plan->merges) {
-          const auto tile_key = std::make_tuple(m.seq, m.kv_head, m.tile_row_begin);
-          ASSERT_GT(splits_seen[tile_key], 1) << "merge of an unsplit tile";
-          EXPECT_EQ(counter_of[tile_key], -1) << "merge of a fused tile";
-          EXPECT_EQ(m.num_splits, splits_seen[tile_key]);
-          const auto first = std::find_if(plan->items.begin(), plan->items.end(), [&](auto& item) {
-            return std::make_tuple(item.seq, item.kv_head, item.row_begin) == tile_key;
-          });
-          EXPECT_EQ(m.partial_base, first->partial_base);
-          EXPECT_EQ(m.q_row_begin, plan->seqs[m.seq].q_row_begin);
-          EXPECT_GE(m.row_begin, m.tile_row_begin);
-          EXPECT_LE(m.row_begin + m.rows, m.tile_row_begin + tile);
-          EXPECT_GE(m.rows, 1);
-          EXPECT_LE(m.rows, AttnMergeRows(tile, m.num_splits));
-          for (int r = m.row_begin; r < m.row_begin + m.rows; ++r) {
-            ++merged[std::make_tuple(m.seq, m.kv_head, r)];
+          EXPECT_EQ(partials, plan->num_partials);
+          // Fused tiles: every split tile when all have valid rows × splits <= fused, else none;
+          // one counter each, numbered from 0.
+          bool all_fusable = true;
+          for (const auto& [key, counter] : counter_of) {
+            const auto [b, h, r0] = key;
+            const AttnSeqDesc& s = batch.descs[b];
+            const int valid =
+                std::min(tile, (s.num_nodes - s.first_query) * heads.NumQHeads(h) - r0);
+            all_fusable = all_fusable && static_cast<int64_t>(valid) * splits_seen[key] <= fused;
           }
-        }
-        int split_rows = 0;
-        for (const auto& [key, splits] : splits_seen) {
-          if (splits < 2 || counter_of[key] >= 0) continue;
-          const auto [b, h, r0] = key;
-          const AttnSeqDesc& s = batch.descs[b];
-          const int end = std::min(r0 + tile, (s.num_nodes - s.first_query) * heads.NumQHeads(h));
-          for (int r = r0; r < end; ++r) {
-            EXPECT_EQ(merged[std::make_tuple(b, h, r)], 1)
-                << "seq " << b << " head " << h << " row " << r;
+          std::vector<int> counter_uses(plan->num_fused_tiles, 0);
+          for (const auto& [key, counter] : counter_of) {
+            const auto [b, h, r0] = key;
+            EXPECT_EQ(counter >= 0, all_fusable)
+                << "seq " << b << " head " << h << " rows from " << r0;
+            if (counter >= 0) {
+              ASSERT_LT(counter, plan->num_fused_tiles);
+              ++counter_uses[counter];
+            }
           }
-          split_rows += end - r0;
+          for (int uses : counter_uses) EXPECT_EQ(uses, 1);
+          if (fused == 0) EXPECT_EQ(plan->num_fused_tiles, 0);
+          if (fused == 1 << 30) EXPECT_TRUE(plan->merges.empty());
+          int rows = 0;
+          for (size_t b = 0; b < batch.descs.size(); ++b) {
+            const AttnSeqDesc& s = batch.descs[b];
+            rows += s.num_nodes - s.first_query;
+            EXPECT_EQ(plan->seqs[b].q_row_begin, rows - (s.num_nodes - s.first_query));
+            for (int h = 0; h < heads.num_kv_heads; ++h) {
+              const int tile_rows = (s.num_nodes - s.first_query) * heads.NumQHeads(h);
+              for (int r = 0; r < tile_rows; r += tile) {
+                const auto key = std::make_tuple(static_cast<int>(b), h, r);
+                const int last_node =
+                    s.first_query + (std::min(tile_rows, r + tile) - 1) / heads.NumQHeads(h);
+                EXPECT_EQ(next_key[key], s.prefix_len + last_node + 1)
+                    << "seq " << b << " head " << h << " rows from " << r;
+                EXPECT_EQ(
+                    splits_seen[key], plan->items.empty() ? 0 : [&] {
+                      for (const AttnWorkItem& item : plan->items) {
+                        if (std::make_tuple(item.seq, item.kv_head, item.row_begin) == key) {
+                          return item.num_splits;
+                        }
+                      }
+                      return -1;
+                    }());
+              }
+            }
+          }
+          EXPECT_EQ(plan->num_query_rows, rows);
+          // Merge CTAs: every row of every split tile that is not fused exactly once, none for
+          // unsplit or fused tiles.
+          std::map<std::tuple<int, int, int>, int> merged;  // (seq, head, row) -> times merged
+          for (const AttnMergeItem& m : plan->merges) {
+            const auto tile_key = std::make_tuple(m.seq, m.kv_head, m.tile_row_begin);
+            ASSERT_GT(splits_seen[tile_key], 1) << "merge of an unsplit tile";
+            EXPECT_EQ(counter_of[tile_key], -1) << "merge of a fused tile";
+            EXPECT_EQ(m.num_splits, splits_seen[tile_key]);
+            const auto first =
+                std::find_if(plan->items.begin(), plan->items.end(), [&](auto& item) {
+                  return std::make_tuple(item.seq, item.kv_head, item.row_begin) == tile_key;
+                });
+            EXPECT_EQ(m.partial_base, first->partial_base);
+            EXPECT_EQ(m.q_row_begin, plan->seqs[m.seq].q_row_begin);
+            EXPECT_GE(m.row_begin, m.tile_row_begin);
+            EXPECT_LE(m.row_begin + m.rows, m.tile_row_begin + tile);
+            EXPECT_GE(m.rows, 1);
+            EXPECT_LE(m.rows, AttnMergeRows(tile, m.num_splits));
+            for (int r = m.row_begin; r < m.row_begin + m.rows; ++r) {
+              ++merged[std::make_tuple(m.seq, m.kv_head, r)];
+            }
+          }
+          int split_rows = 0;
+          for (const auto& [key, splits] : splits_seen) {
+            if (splits < 2 || counter_of[key] >= 0) continue;
+            const auto [b, h, r0] = key;
+            const AttnSeqDesc& s = batch.descs[b];
+            const int end = std::min(r0 + tile, (s.num_nodes - s.first_query) * heads.NumQHeads(h));
+            for (int r = r0; r < end; ++r) {
+              EXPECT_EQ(merged[std::make_tuple(b, h, r)], 1)
+                  << "seq " << b << " head " << h << " row " << r;
+            }
+            split_rows += end - r0;
+          }
+          EXPECT_EQ(static_cast<int>(merged.size()), split_rows) << "rows merged that no tile has";
+          EXPECT_LE(plan->merges.size(), 2 * plan->items.size());
+          if (target == 132 || target == 264) {  // (fewer key tiles than 100000 CTAs)
+            // Enough splitting to fill the GPU, not wildly more than asked.
+            EXPECT_GE(static_cast<int>(plan->items.size()), target / 2);
+            EXPECT_LE(static_cast<int>(plan->items.size()), 2 * target + 64);
+          }
+          if (target == 1) EXPECT_EQ(plan->num_partials, 0) << "one CTA per tile needs no merge";
         }
-        EXPECT_EQ(static_cast<int>(merged.size()), split_rows) << "rows merged that no tile has";
-        EXPECT_LE(plan->merges.size(), 2 * plan->items.size());
-        if (target == 132 || target == 264) {  // (fewer key tiles than 100000 CTAs)
-          // Enough splitting to fill the GPU, not wildly more than asked.
-          EXPECT_GE(static_cast<int>(plan->items.size()), target / 2);
-          EXPECT_LE(static_cast<int>(plan->items.size()), 2 * target + 64);
-        }
-        if (target == 1) EXPECT_EQ(plan->num_partials, 0) << "one CTA per tile needs no merge";
-       }
       }
     }
   }
@@ -255,8 +257,7 @@ TEST(TreeAttentionPlanTest, ProportionalSplitsFillTheTarget) {
   // Tiles of different lengths (56 tiles, 4.7k key tiles): at most target CTAs, and fewer than
   // one CTA a tile below it, for targets where every tile's share is at least one split and
   // below kAttnMaxSplits.
-  const Batch mixed =
-      MakeBatch({{4099, 17, 0}, {1500, 3, 0}, {9000, 40, 0}, {700, 1, 0}}, 16, rng);
+  const Batch mixed = MakeBatch({{4099, 17, 0}, {1500, 3, 0}, {9000, 40, 0}, {700, 1, 0}}, 16, rng);
   for (int target : {264, 1000, 2000}) {
     auto plan = PlanTreeAttention(mixed.descs, llama, 16, 1 << 20, kLimits, Split(target));
     ASSERT_TRUE(plan.ok()) << plan.status();
@@ -265,7 +266,8 @@ TEST(TreeAttentionPlanTest, ProportionalSplitsFillTheTarget) {
       tiles.insert({item.seq, item.kv_head, item.row_begin});
     }
     EXPECT_LE(plan->items.size(), static_cast<size_t>(target)) << "target " << target;
-    EXPECT_GE(plan->items.size() + tiles.size(), static_cast<size_t>(target)) << "target " << target;
+    EXPECT_GE(plan->items.size() + tiles.size(), static_cast<size_t>(target))
+        << "target " << target;
   }
 }
 
