@@ -67,8 +67,9 @@ ABSL_FLAG(bool, dependent_launch, true, "the few-row GEMM as a programmatic depe
 ABSL_FLAG(bool, skinny_deep, true,
           "the few-row GEMM's deep pipeline for small grids (GemmOptions::skinny_deep)");
 ABSL_FLAG(int, gemm_tune_candidates, treespec::gpu::GemmOptions{}.cublas_tune_candidates,
-          "cuBLASLt GEMMs: time this many of the heuristic's candidates at first use and keep "
-          "the fastest (0: its first; GemmOptions::cublas_tune_candidates)");
+          "cuBLASLt GEMMs of the 33-64-row graph buckets: time this many of the heuristic's "
+          "candidates at load and keep the fastest (0: its first; "
+          "GemmOptions::cublas_tune_candidates)");
 ABSL_FLAG(bool, attention_dependent_launch, true,
           "the tree attention as a programmatic dependent launch");
 ABSL_FLAG(int, attention_tile_rows, 0,

@@ -9,10 +9,11 @@
 // device allocation, no heuristic query, no synchronisation, so the call can be captured in a
 // CUDA graph. The algorithm: Run and Prepare take the heuristic's first; Tune, called once per
 // shape before serving (ModelShard does it at load for its graph buckets), times the
-// heuristic's leading candidates on the call's own buffers and keeps the fastest
-// (GemmOptions::cublas_tune_candidates; it waits for the stream). Build the plans a graph will
-// need before capturing it (one eager Run per shape; it also loads the kernel's module). Host
-// code only (gemm.cc), but the header stays C++17-clean so .cu files may include it.
+// heuristic's leading candidates on the call's buffers, cycling through every weight matrix of
+// the shape as a forward does, and keeps the fastest (GemmOptions::cublas_tune_candidates; it
+// waits for the stream). Build the plans a graph will need before capturing it (one eager Run
+// per shape; it also loads the kernel's module). Host code only (gemm.cc), but the header
+// stays C++17-clean so .cu files may include it.
 //
 //   ASSIGN_OR_RETURN(std::unique_ptr<GemmRunner> gemm,
 //                    GemmRunner::Create(kDefaultGemmWorkspaceBytes));
@@ -93,10 +94,10 @@ struct GemmOptions {
   // projections of an 8B model) run the deep pipeline (skinny_gemm.h); false: never.
   bool skinny_deep = true;
   // GemmRunner::Tune of a cuBLASLt shape times this many of the heuristic's leading candidates
-  // (5 back-to-back runs each, after one to warm up) and keeps the fastest, the first unless
-  // another is 2 % faster; 0 or 1: the heuristic's first, untimed. The heuristic's first choice
-  // was 3–9 % slower than its best candidate for the 64-row gate/up, down and LM-head GEMMs of an
-  // 8B model on the H200 (docs/performance.md).
+  // (each run once to warm up, then back to back through the shape's weights: at least 5 runs)
+  // and keeps the fastest, the first unless another is 2 % faster; 0 or 1: the heuristic's first,
+  // untimed. The heuristic's first choice was 3–9 % slower than its best candidate for the 64-row
+  // gate/up, down and LM-head GEMMs of an 8B model on the H200 (docs/performance.md).
   int cublas_tune_candidates = 8;
   // Benchmarks: i > 0 = always the heuristic's (i + 1)-th candidate, untimed even by Tune (a
   // shape with fewer candidates is UNIMPLEMENTED); 0 = the first, or as Tune finds.

@@ -185,19 +185,22 @@ absl::StatusOr<AttnPlan> PlanTreeAttention(absl::Span<const AttnSeqDesc> seqs,
     }
     if (partials <= limits.max_partials) break;
   }
+  std::vector<int> tile_splits(tiles.size());
+  for (size_t i = 0; i < tiles.size(); ++i) tile_splits[i] = splits_of(tiles[i], target);
+  auto valid_rows_of = [&](const Tile& t) { return std::min(tile_rows, t.rows - t.row_begin); };
   // Split tiles are merged by their last CTA only if every split tile of the launch can be: once
   // the merge launch runs for some, a merge in the attention launch only lengthens the critical
   // path (measured on the H200: docs/performance.md).
-  auto fusable = [&](const Tile& t) {
-    const int splits = splits_of(t, target);
-    const int valid_rows = std::min(tile_rows, t.rows - t.row_begin);
-    return splits == 1 || static_cast<int64_t>(valid_rows) * splits <= split.fused_merge_row_splits;
-  };
-  const bool fuse = std::all_of(tiles.begin(), tiles.end(), fusable);
-  for (const Tile& t : tiles) {
+  bool fuse = true;
+  for (size_t i = 0; i < tiles.size(); ++i) {
+    const int64_t partial_rows = static_cast<int64_t>(valid_rows_of(tiles[i])) * tile_splits[i];
+    if (tile_splits[i] > 1 && partial_rows > split.fused_merge_row_splits) fuse = false;
+  }
+  for (size_t i = 0; i < tiles.size(); ++i) {
+    const Tile& t = tiles[i];
     const int64_t key_tiles = CeilDiv(t.key_end, kAttnTileKeys);
-    const int splits = splits_of(t, target);
-    const int valid_rows = std::min(tile_rows, t.rows - t.row_begin);
+    const int splits = tile_splits[i];
+    const int valid_rows = valid_rows_of(t);
     const bool fused = splits > 1 && fuse;
     if (splits > 1) ++plan.num_split_tiles;
     for (int s = 0; s < splits; ++s) {
