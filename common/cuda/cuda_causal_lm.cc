@@ -52,6 +52,7 @@ class CudaCausalLm final : public CausalLm {
                     const std::function<TensorSource(cudaStream_t)>& source);
   double last_step_device_ms() const { return last_step_device_ms_; }
   ModelShard& shard(int rank) { return *shards_[rank]; }
+  const ModelShard& shard(int rank) const { return *shards_[rank]; }
 
   const ModelConfig& config() const override { return config_; }
   int tensor_parallel() const override { return static_cast<int>(shards_.size()); }
@@ -619,6 +620,11 @@ absl::StatusOr<std::vector<int>> RankDevices(const LmOptions& o, const CudaLmOpt
 double LastVerifyStepDeviceMs(const CausalLm& model) {
   const auto* cuda = dynamic_cast<const CudaCausalLm*>(&model);
   return cuda != nullptr ? cuda->last_step_device_ms() : -1.0;
+}
+
+int GemmPlanCount(const CausalLm& model) {
+  const auto* cuda = dynamic_cast<const CudaCausalLm*>(&model);
+  return cuda != nullptr ? cuda->shard(0).gemm_plan_count() : -1;
 }
 
 absl::Status SetOpTiming(CausalLm& model, bool on) {

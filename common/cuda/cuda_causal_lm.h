@@ -93,6 +93,10 @@ absl::StatusOr<std::unique_ptr<CausalLm>> LoadCudaCausalLm(const std::string& mo
 // share of a step.
 double LastVerifyStepDeviceMs(const CausalLm& model);
 
+// GEMM plans rank 0's runner holds (-1 for other backends). A forward that adds none ran only
+// shapes planned before it: tests check that the plans tuned at load are the forward's shapes.
+int GemmPlanCount(const CausalLm& model);
+
 // Per-op GPU time of rank 0's forward and step (benchmarks: where the time goes). With timing
 // on, every op is followed by an event (a little slower); TakeOpTimes returns (op, ms) summed
 // since the last call, ops in forward order. FAILED_PRECONDITION for other backends.

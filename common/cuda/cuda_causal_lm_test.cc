@@ -424,6 +424,37 @@ TEST(CudaCausalLmTest, GraphReplayEqualsEagerRun) {
   }
 }
 
+// The cuBLASLt plans tuned at load (the graph buckets of 33-64 rows) are the shapes forwards of
+// those rows run: such forwards, eager and captured, build no plan of their own.
+TEST(CudaCausalLmTest, ForwardsOfTunedBucketsBuildNoGemmPlan) {
+  SKIP_WITHOUT_GPU();
+  const ModelConfig config = testing::TinyTargetConfig();
+  LmOptions options;
+  options.max_batch = 4;
+  auto made = CreateCudaCausalLm(config, testing::RandomWeights(config, 9), options);
+  ASSERT_TRUE(made.ok()) << made.status();
+  CausalLm& lm = **made;
+  const int tuned = GemmPlanCount(lm);
+  // Buckets 40, 48, 56 and 64 rows × QKV, o_proj, gate/up, down and the LM head.
+  EXPECT_EQ(tuned, 4 * 5);
+  std::mt19937 rng(4);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 45; ++i) prompt.push_back(static_cast<int32_t>(rng() % config.vocab_size));
+  for (int copy = 0; copy < 2; ++copy) {  // copy 0: eager runs and captures; copy 1: replays
+    for (const int nodes : {33, 64}) {
+      const SeqId seq = lm.CreateSequence();
+      auto pre = lm.Forward({Chain(seq, 0, prompt)});  // 45 rows: the 48-row bucket
+      ASSERT_TRUE(pre.ok()) << pre.status();
+      const SeqTree tree =
+          RandomTree(seq, static_cast<int>(prompt.size()), nodes, config.vocab_size, rng);
+      auto logits = lm.Forward({tree});
+      ASSERT_TRUE(logits.ok()) << logits.status();
+      lm.FreeSequence(seq);
+    }
+  }
+  EXPECT_EQ(GemmPlanCount(lm), tuned) << "a forward of 33-64 rows built a GEMM plan at run time";
+}
+
 TEST(CudaCausalLmTest, BadBatchesAreRefusedLikeTheCpu) {
   SKIP_WITHOUT_GPU();
   ModelConfig config = testing::TinyTargetConfig();

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "common/cuda/cuda_check.h"
 #include "common/cuda/device_buffer.h"
 #include "common/cuda/launch_util.h"
@@ -362,10 +363,8 @@ absl::StatusOr<int> GemmRunner::TimeCandidates(
   const cudaStream_t stream = tune.stream;
   // The timed runs cycle through the weights, from one the warm-up did not just read: at least
   // 5 runs, and one per weight matrix.
-  const std::vector<const __nv_bfloat16*> weights =
-      tune.weights.empty()
-          ? std::vector<const __nv_bfloat16*>{tune.args->w}
-          : std::vector<const __nv_bfloat16*>(tune.weights.begin(), tune.weights.end());
+  const absl::Span<const __nv_bfloat16* const> weights =
+      tune.weights.empty() ? absl::MakeConstSpan(&tune.args->w, 1) : tune.weights;
   const int timed_runs = std::max(5, static_cast<int>(weights.size()));
   constexpr float kMargin = 0.98f;  // another candidate must beat the first by 2 %
   struct Events {

@@ -235,45 +235,74 @@ bool ModelShard::UsesGraphs() const { return options_.cuda_graphs && plan_.world
 
 absl::Status ModelShard::TuneGemms() {
   if (!UsesGraphs() || layers_.empty()) return absl::OkStatus();
+  for (int rows = 1; rows <= std::min(64, options_.max_rows); ++rows) {
+    if (GraphBucketOf(rows).rows != rows || gemm_->FewRows(rows)) continue;
+    // Each shape is timed over every layer's weights, as a forward streams them. Contents do
+    // not matter: every output is written again before it is read.
+    std::array<std::vector<const bf16*>, kLayerGemms> weights;
+    for (const Layer& l : layers_) {
+      const std::array<GemmArgs, kLayerGemms> g = LayerGemmArgs(l, rows);
+      for (int i = 0; i < kLayerGemms; ++i) weights[i].push_back(g[i].w);
+    }
+    const std::array<GemmArgs, kLayerGemms> first = LayerGemmArgs(layers_[0], rows);
+    for (int i = 0; i < kLayerGemms; ++i) {
+      if (first[i].n == 0 || first[i].k == 0) continue;
+      RETURN_IF_ERROR(gemm_->Tune(first[i], stream_, weights[i]));
+    }
+    const GemmArgs head = HeadGemmArgs(rows);
+    RETURN_IF_ERROR(gemm_->Tune(head, stream_, {&head.w, 1}));
+  }
+  return absl::OkStatus();
+}
+
+std::array<GemmArgs, ModelShard::kLayerGemms> ModelShard::LayerGemmArgs(const Layer& w, int rows) {
   const ModelConfig& c = config_;
   const int hidden = c.hidden_size, d = c.head_dim;
   const int hq = rank_.num_q_heads(), hkv = rank_.num_kv_heads(), f = rank_.mlp_width();
-  // Each shape is timed over every layer's weights, as a forward streams them. Contents do not
-  // matter: every output is written again before it is read.
-  std::vector<const bf16*> qkv, wo, gate_up, down;
-  for (const Layer& l : layers_) {
-    qkv.push_back(l.w_qkv.data());
-    wo.push_back(l.wo.data());
-    gate_up.push_back(l.w_gate_up.data());
-    down.push_back(l.w_down.data());
+  auto args = [rows](const bf16* x, const DeviceBuffer<bf16>& weight,
+                     const DeviceBuffer<bf16>* bias, int n, int k, bf16* y) {
+    GemmArgs a;
+    a.m = rows;
+    a.n = n;
+    a.k = k;
+    a.x = x;
+    a.w = weight.data();
+    a.bias = bias != nullptr && bias->size() > 0 ? bias->data() : nullptr;
+    a.y_bf16 = y;
+    return a;
+  };
+  std::array<GemmArgs, kLayerGemms> g;
+  g[kQkvGemm] = args(h_.data(), w.w_qkv, &w.b_qkv, (hq + 2 * hkv) * d, hidden, qkv_.data());
+  g[kOProjGemm] = args(attn_.data(), w.wo, nullptr, hidden, hq * d, out_.data());
+  // Where the few-row kernel runs it, SiLU(gate) · up straight from the GEMM's fp32 sums into
+  // act_; otherwise gate/up into gate_up_ and a SiLU·mul launch after it.
+  const bool fused = gemm_->FewRows(rows);
+  g[kGateUpGemm] =
+      args(h_.data(), w.w_gate_up, nullptr, 2 * f, hidden, fused ? act_.data() : gate_up_.data());
+  if (fused) g[kGateUpGemm].epilogue = GemmEpilogue::kSiluMul;
+  g[kDownGemm] = args(act_.data(), w.w_down, nullptr, hidden, f, out_.data());
+  return g;
+}
+
+GemmArgs ModelShard::HeadGemmArgs(int rows) {
+  GemmArgs head;
+  head.m = rows;
+  head.n = rank_.vocab_size();
+  head.k = config_.hidden_size;
+  head.x = h_.data();
+  head.w = config_.tie_word_embeddings ? embed_.data() : lm_head_.data();
+  head.y_f32 = logits_.data();
+  return head;
+}
+
+absl::Status ModelShard::RunLayerGemm(const GemmArgs& args) {
+  if (args.k == 0) {
+    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
+        args.y_bf16, 0, static_cast<size_t>(args.m) * args.n * sizeof(bf16), stream_));
+    return absl::OkStatus();
   }
-  const Layer& first = layers_[0];
-  const bf16* const qkv_bias = first.b_qkv.size() > 0 ? first.b_qkv.data() : nullptr;
-  const bf16* const head = c.tie_word_embeddings ? embed_.data() : lm_head_.data();
-  for (int rows = 1; rows <= std::min(64, options_.max_rows); ++rows) {
-    if (GraphBucketOf(rows).rows != rows || gemm_->FewRows(rows)) continue;
-    auto tune = [&](const bf16* x, absl::Span<const bf16* const> weights, const bf16* bias, int n,
-                    int k, bf16* y, float* y_f32) -> absl::Status {
-      if (n == 0 || k == 0) return absl::OkStatus();
-      return gemm_->Tune({.m = rows,
-                          .n = n,
-                          .k = k,
-                          .x = x,
-                          .w = weights[0],
-                          .bias = bias,
-                          .y_bf16 = y,
-                          .y_f32 = y_f32},
-                         stream_, weights);
-    };
-    RETURN_IF_ERROR(
-        tune(h_.data(), qkv, qkv_bias, (hq + 2 * hkv) * d, hidden, qkv_.data(), nullptr));
-    RETURN_IF_ERROR(tune(attn_.data(), wo, nullptr, hidden, hq * d, out_.data(), nullptr));
-    RETURN_IF_ERROR(tune(h_.data(), gate_up, nullptr, 2 * f, hidden, gate_up_.data(), nullptr));
-    RETURN_IF_ERROR(tune(act_.data(), down, nullptr, hidden, f, out_.data(), nullptr));
-    RETURN_IF_ERROR(
-        tune(h_.data(), {&head, 1}, nullptr, rank_.vocab_size(), hidden, nullptr, logits_.data()));
-  }
-  return absl::OkStatus();
+  if (args.n == 0) return absl::OkStatus();
+  return gemm_->Run(args, stream_);
 }
 
 absl::Status ModelShard::WaitStaged() const {
@@ -383,25 +412,6 @@ absl::Status ModelShard::Layers(int rows) {
   const int32_t* tokens = rows_meta_.data();
   const int32_t* positions = tokens + rows;
   const int32_t* slots = tokens + 2 * rows;
-  auto gemm = [&](const bf16* x, const DeviceBuffer<bf16>& w, const DeviceBuffer<bf16>* bias, int n,
-                  int k, bf16* y, GemmEpilogue epilogue = GemmEpilogue::kNone) -> absl::Status {
-    if (k == 0) {  // a rank without MLP columns contributes zeros to the all-reduce
-      CUDA_RETURN_IF_ERROR(
-          cudaMemsetAsync(y, 0, static_cast<size_t>(rows) * n * sizeof(bf16), stream_));
-      return absl::OkStatus();
-    }
-    if (n == 0) return absl::OkStatus();
-    GemmArgs a;
-    a.m = rows;
-    a.n = n;
-    a.k = k;
-    a.x = x;
-    a.w = w.data();
-    a.bias = bias != nullptr && bias->size() > 0 ? bias->data() : nullptr;
-    a.y_bf16 = y;
-    a.epilogue = epilogue;
-    return gemm_->Run(a, stream_);
-  };
 
   Mark(ShardOp::kStart);
   // x = embedding (all-reduced over the vocabulary slices); h = the first layer's norm(x).
@@ -413,7 +423,8 @@ absl::Status ModelShard::Layers(int rows) {
   for (int l = 0; l < c.num_layers; ++l) {
     Layer& w = layers_[l];
     const KvLayerView kv = kv_.Layer(l);
-    RETURN_IF_ERROR(gemm(h_.data(), w.w_qkv, &w.b_qkv, (hq + 2 * hkv) * d, hidden, qkv_.data()));
+    std::array<GemmArgs, kLayerGemms> g = LayerGemmArgs(w, rows);
+    RETURN_IF_ERROR(RunLayerGemm(g[kQkvGemm]));
     Mark(ShardOp::kQkv);
     CUDA_RETURN_IF_ERROR(LaunchKvWrite(
         qkv_.data(), rows, hq, hkv, d, positions, slots, inv_freq_.data(),
@@ -422,36 +433,28 @@ absl::Status ModelShard::Layers(int rows) {
     Mark(ShardOp::kKvWrite);
     CUDA_RETURN_IF_ERROR(attention_->Run(kv, q_.data(), attn_.data(), stream_));
     Mark(ShardOp::kAttention);
-    RETURN_IF_ERROR(gemm(attn_.data(), w.wo, nullptr, hidden, hq * d, Partial()));
+    g[kOProjGemm].y_bf16 = Partial();
+    RETURN_IF_ERROR(RunLayerGemm(g[kOProjGemm]));
     Mark(ShardOp::kOProj);
     RETURN_IF_ERROR(ReduceNorm(rows, /*add_residual=*/true, w.post_norm.data()));
-    if (f > 0 && gemm_->FewRows(rows)) {
-      // SiLU(gate) · up straight from the GEMM's fp32 sums.
-      RETURN_IF_ERROR(gemm(h_.data(), w.w_gate_up, nullptr, 2 * f, hidden, act_.data(),
-                           GemmEpilogue::kSiluMul));
+    if (f > 0) {
+      RETURN_IF_ERROR(RunLayerGemm(g[kGateUpGemm]));
       Mark(ShardOp::kGateUp);
-    } else if (f > 0) {
-      RETURN_IF_ERROR(gemm(h_.data(), w.w_gate_up, nullptr, 2 * f, hidden, gate_up_.data()));
-      Mark(ShardOp::kGateUp);
-      CUDA_RETURN_IF_ERROR(LaunchSiluMul(gate_up_.data(), gate_up_.data() + f, 2 * f, rows, f,
-                                         act_.data(), stream_));
-      Mark(ShardOp::kSiluMul);
+      if (g[kGateUpGemm].epilogue != GemmEpilogue::kSiluMul) {
+        CUDA_RETURN_IF_ERROR(LaunchSiluMul(gate_up_.data(), gate_up_.data() + f, 2 * f, rows, f,
+                                           act_.data(), stream_));
+        Mark(ShardOp::kSiluMul);
+      }
     }
-    RETURN_IF_ERROR(gemm(act_.data(), w.w_down, nullptr, hidden, f, Partial()));
+    g[kDownGemm].y_bf16 = Partial();
+    RETURN_IF_ERROR(RunLayerGemm(g[kDownGemm]));
     Mark(ShardOp::kDown);
     // x += MLP; h = the next layer's input norm (the final norm after the last layer).
     RETURN_IF_ERROR(
         ReduceNorm(rows, /*add_residual=*/true,
                    l + 1 < c.num_layers ? layers_[l + 1].input_norm.data() : final_norm_.data()));
   }
-  GemmArgs head;
-  head.m = rows;
-  head.n = rank_.vocab_size();
-  head.k = hidden;
-  head.x = h_.data();
-  head.w = c.tie_word_embeddings ? embed_.data() : lm_head_.data();
-  head.y_f32 = logits_.data();
-  RETURN_IF_ERROR(gemm_->Run(head, stream_));
+  RETURN_IF_ERROR(gemm_->Run(HeadGemmArgs(rows), stream_));
   Mark(ShardOp::kHead);
   return absl::OkStatus();
 }

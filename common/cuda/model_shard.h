@@ -21,6 +21,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -144,6 +145,7 @@ class ModelShard {
   // Per-op timing: when on, every op is followed by an event on the stream (a little slower),
   // and TakeOpTimes returns the GPU ms spent per op (indexed by ShardOp) since the last call.
   absl::Status SetOpTiming(bool on);
+  int gemm_plan_count() const { return gemm_->plan_count(); }
   absl::StatusOr<std::vector<double>> TakeOpTimes();
 
   // Moves the KV of `path` (host commit): meta = [committed_len, path_len, path..., 0, np,
@@ -182,6 +184,16 @@ class ModelShard {
     DeviceBuffer<__nv_bfloat16> w_gate_up;   // [2 * rank MLP width, hidden]: gate rows, up rows
     DeviceBuffer<__nv_bfloat16> w_down;      // [hidden, rank MLP width]
   };
+  // The GEMMs of layer `w`'s forward of `rows` rows, in the order Layers runs them; Layers and
+  // TuneGemms both take them from here, so a tuned plan is the shape a forward runs. The
+  // row-parallel ones (o_proj, down) write out_: Layers points them at Partial() as it runs
+  // them (with peer reduces, the mailbox moves on at every reduce).
+  enum LayerGemm { kQkvGemm, kOProjGemm, kGateUpGemm, kDownGemm, kLayerGemms };
+  std::array<GemmArgs, kLayerGemms> LayerGemmArgs(const Layer& w, int rows);
+  GemmArgs HeadGemmArgs(int rows);
+  // Runs a GEMM of LayerGemmArgs: a rank without MLP columns (k == 0) contributes zeros to the
+  // all-reduce; n == 0 runs nothing.
+  absl::Status RunLayerGemm(const GemmArgs& args);
 
   const ModelConfig config_;
   const TpPlan plan_;
