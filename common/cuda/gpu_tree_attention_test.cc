@@ -111,12 +111,29 @@ class TreeAttentionTest : public CudaTest {
       }
     }
     std::vector<bf16> k_live = k_gpu, v_live = v_gpu;
-    for (const int32_t slot : kv_slots) {
+    auto poison = [&](int page, int off) {
       for (int h = 0; h < shape.num_kv_heads; ++h) {
-        const int64_t at = layer.Offset(slot / shape.page_size, h, slot % shape.page_size);
+        const int64_t at = layer.Offset(page, h, off);
         std::fill_n(k_live.begin() + at, d, FromBits(kPoisonBits));
         std::fill_n(v_live.begin() + at, d, FromBits(kPoisonBits));
       }
+    };
+    for (const int32_t slot : kv_slots) poison(slot / shape.page_size, slot % shape.page_size);
+    // Slots no sequence uses (past each one's last node, and pages in no table) hold NaN on the
+    // GPU: the kernel must neither read them into a visible score nor multiply them by P = 0.
+    std::vector<bool> in_table(total_pages, false);
+    for (size_t b = 0; b < specs.size(); ++b) {
+      const int used = specs[b].prefix_len + specs[b].num_nodes;
+      for (size_t p = 0; p < pages[b].size(); ++p) {
+        in_table[pages[b][p]] = true;
+        for (int off = std::max(0, used - static_cast<int>(p) * shape.page_size);
+             off < shape.page_size; ++off) {
+          poison(pages[b][p], off);
+        }
+      }
+    }
+    for (int page = 0; page < total_pages; ++page) {
+      for (int off = 0; !in_table[page] && off < shape.page_size; ++off) poison(page, off);
     }
     ASSERT_CUDA(cudaMemcpy(layer.k, k_live.data(), pool_elems * 2, cudaMemcpyHostToDevice));
     ASSERT_CUDA(cudaMemcpy(layer.v, v_live.data(), pool_elems * 2, cudaMemcpyHostToDevice));
