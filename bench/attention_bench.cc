@@ -4,6 +4,7 @@
 //   treespec-attention-bench [--contexts=1024,8192,32768,131072] [--nodes=1,16,64,256]
 //                            [--batches=1,8] [--tile_rows=0,64,128] [--reps=20]
 //                            [--fused_merge_row_splits=N] [--wgmma] [--proportional_splits]
+//                            [--plan_by_critical_path]
 //                            [--json=out.json]
 //
 // Per point: every sequence has `context` committed tokens plus a random tree of `nodes`
@@ -57,6 +58,8 @@ ABSL_FLAG(int, fused_merge_row_splits, treespec::gpu::kAttnDefaultFusedMergeRowS
 ABSL_FLAG(bool, wgmma, true, "TreeAttentionOptions::wgmma (false: the mma.sync path everywhere)");
 ABSL_FLAG(bool, proportional_splits, true,
           "TreeAttentionOptions::proportional_splits (false: whole chunks of key tiles)");
+ABSL_FLAG(bool, plan_by_critical_path, true,
+          "TreeAttentionOptions::plan_by_critical_path (false: always fill every resident slot)");
 ABSL_FLAG(std::vector<std::string>, tile_rows, std::vector<std::string>({"0"}),
           "TreeAttentionOptions::tile_rows to run, each point once per value (0: automatic)");
 ABSL_FLAG(bool, dirty_flush, false,
@@ -118,6 +121,7 @@ absl::StatusOr<nlohmann::json> RunCase(const Case& c, const GpuCeilings& ceiling
   options.fused_merge_row_splits = absl::GetFlag(FLAGS_fused_merge_row_splits);
   options.wgmma = absl::GetFlag(FLAGS_wgmma);
   options.proportional_splits = absl::GetFlag(FLAGS_proportional_splits);
+  options.plan_by_critical_path = absl::GetFlag(FLAGS_plan_by_critical_path);
   options.tile_rows = c.tile_rows;
   ASSIGN_OR_RETURN(std::unique_ptr<TreeAttention> attention, TreeAttention::Create(options));
   RETURN_IF_ERROR(attention->Prepare(seqs, stream));
@@ -206,6 +210,7 @@ absl::Status Main() {
                   {"fused_merge_row_splits", absl::GetFlag(FLAGS_fused_merge_row_splits)},
                   {"wgmma", absl::GetFlag(FLAGS_wgmma)},
                   {"proportional_splits", absl::GetFlag(FLAGS_proportional_splits)},
+                  {"plan_by_critical_path", absl::GetFlag(FLAGS_plan_by_critical_path)},
                   {"ctas_per_sm", absl::GetFlag(FLAGS_ctas_per_sm)},
                   {"dirty_flush", absl::GetFlag(FLAGS_dirty_flush)}});
   return absl::OkStatus();

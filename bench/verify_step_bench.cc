@@ -8,6 +8,7 @@
 //                              [--few_row_gemm] [--dependent_launch] [--skinny_deep]
 //                              [--attention_tile_rows=N] [--attention_fused_merge_row_splits=N]
 //                              [--attention_wgmma] [--attention_proportional_splits]
+//                              [--attention_plan_by_critical_path]
 //                              [--gemm_tune_candidates=N]
 //                              [--breakdown]
 //                              [--json=out.json]
@@ -82,6 +83,9 @@ ABSL_FLAG(bool, attention_wgmma, true,
 ABSL_FLAG(bool, attention_proportional_splits, true,
           "split attention key ranges in proportion to their length so the batch fills the "
           "target CTAs (false: whole chunks of key tiles per split)");
+ABSL_FLAG(bool, attention_plan_by_critical_path, true,
+          "plan one attention CTA per SM where the planner estimates a shorter launch (false: "
+          "always fill every resident slot)");
 ABSL_FLAG(bool, breakdown, false,
           "also time every op of rank 0 (events after each op; separate steps, not the timed "
           "ones) and print GPU us per step by op");
@@ -239,6 +243,7 @@ absl::Status Main() {
     cuda.attention_fused_merge_row_splits = absl::GetFlag(FLAGS_attention_fused_merge_row_splits);
     cuda.attention_wgmma = absl::GetFlag(FLAGS_attention_wgmma);
     cuda.attention_proportional_splits = absl::GetFlag(FLAGS_attention_proportional_splits);
+    cuda.attention_plan_by_critical_path = absl::GetFlag(FLAGS_attention_plan_by_critical_path);
     ASSIGN_OR_RETURN(std::unique_ptr<CausalLm> model,
                      CreateRandomCudaCausalLm(config, 1, lm, cuda));
     std::printf(
@@ -275,7 +280,8 @@ absl::Status Main() {
        {"attention_dependent_launch", absl::GetFlag(FLAGS_attention_dependent_launch)},
        {"attention_fused_merge_row_splits", absl::GetFlag(FLAGS_attention_fused_merge_row_splits)},
        {"attention_wgmma", absl::GetFlag(FLAGS_attention_wgmma)},
-       {"attention_proportional_splits", absl::GetFlag(FLAGS_attention_proportional_splits)}});
+       {"attention_proportional_splits", absl::GetFlag(FLAGS_attention_proportional_splits)},
+       {"attention_plan_by_critical_path", absl::GetFlag(FLAGS_attention_plan_by_critical_path)}});
   return absl::OkStatus();
 }
 

@@ -155,6 +155,7 @@ absl::Status CudaCausalLm::Init(const CudaLmOptions& cuda,
   o.attention_fused_merge_row_splits = cuda.attention_fused_merge_row_splits;
   o.attention_wgmma = cuda.attention_wgmma;
   o.attention_proportional_splits = cuda.attention_proportional_splits;
+  o.attention_plan_by_critical_path = cuda.attention_plan_by_critical_path;
   for (int r = 0; r < tp; ++r) {
     o.device = devices_[r];
     o.rank = r;

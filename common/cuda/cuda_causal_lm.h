@@ -65,6 +65,8 @@ struct CudaLmOptions {
   bool attention_wgmma = true;
   // How attention key ranges are split (TreeAttentionOptions::proportional_splits).
   bool attention_proportional_splits = true;
+  // One CTA per SM where that shortens the launch (TreeAttentionOptions::plan_by_critical_path).
+  bool attention_plan_by_critical_path = true;
 };
 
 // Builds the model from full fp32 host weights (each rank converts its slice to bf16 on its

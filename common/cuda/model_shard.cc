@@ -194,6 +194,7 @@ absl::Status ModelShard::Init(const TensorSource& source) {
   attn.fused_merge_row_splits = options_.attention_fused_merge_row_splits;
   attn.wgmma = options_.attention_wgmma;
   attn.proportional_splits = options_.attention_proportional_splits;
+  attn.plan_by_critical_path = options_.attention_plan_by_critical_path;
   ASSIGN_OR_RETURN(attention_, TreeAttention::Create(attn));
 
   const size_t r = static_cast<size_t>(rows);

@@ -79,8 +79,9 @@ struct ShardOptions {
   bool attention_dependent_launch = true;  // TreeAttentionOptions::dependent_launch
   // TreeAttentionOptions::fused_merge_row_splits
   int attention_fused_merge_row_splits = kAttnDefaultFusedMergeRowSplits;
-  bool attention_wgmma = true;                // TreeAttentionOptions::wgmma
-  bool attention_proportional_splits = true;  // TreeAttentionOptions::proportional_splits
+  bool attention_wgmma = true;                  // TreeAttentionOptions::wgmma
+  bool attention_proportional_splits = true;    // TreeAttentionOptions::proportional_splits
+  bool attention_plan_by_critical_path = true;  // TreeAttentionOptions::plan_by_critical_path
 };
 
 // Where the verify step's inputs lie in step_in() (byte offsets, set by the model).

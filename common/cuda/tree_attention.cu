@@ -154,6 +154,7 @@ absl::StatusOr<std::unique_ptr<TreeAttention>> TreeAttention::Create(
     return sms * (options.target_ctas_per_sm > 0 ? std::min(options.target_ctas_per_sm, resident)
                                                  : resident);
   };
+  attention->sms_ = sms;
   attention->target_ctas_small_ = target(small_per_sm);
   attention->target_ctas_large_ = target(large_per_sm);
 
@@ -202,6 +203,7 @@ absl::Status TreeAttention::Prepare(absl::Span<const AttnSeqDesc> seqs, cudaStre
   split.target_ctas = target_ctas(tile_rows);
   split.min_split_tiles = options_.min_split_tiles;
   split.proportional_splits = options_.proportional_splits;
+  split.sms = options_.plan_by_critical_path ? sms_ : 0;
   split.tile_rows = tile_rows;
   split.fused_merge_row_splits = std::min(options_.fused_merge_row_splits,
                                           FusedMergeCapacity(options_.head_dim, tile_rows, wgmma_));

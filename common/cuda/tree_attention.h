@@ -47,6 +47,9 @@ struct TreeAttentionOptions {
   int fused_merge_row_splits = kAttnDefaultFusedMergeRowSplits;
   // AttnSplitOptions::proportional_splits (false: whole chunks of key tiles per split).
   bool proportional_splits = true;
+  // Also consider one CTA per SM and keep it when the planner's estimated critical path is
+  // shorter (AttnSplitOptions::sms); false: always aim at the resident count.
+  bool plan_by_critical_path = true;
   // Launch as a programmatic dependent of the stream's previous kernel: the first K/V tile, when
   // it lies wholly in the committed prefix, is requested while that kernel (RoPE + K/V write)
   // finishes; q and the tree's slots are read after it (kernels/tree_attention.cuh).
@@ -92,6 +95,7 @@ class TreeAttention {
 
   TreeAttentionOptions options_;
   int target_ctas_small_ = 0, target_ctas_large_ = 0;
+  int sms_ = 0;
   int grid_capacity_ = 0;
   bool wgmma_ = false;
   AttnPlan plan_;

@@ -185,6 +185,22 @@ absl::StatusOr<AttnPlan> PlanTreeAttention(absl::Span<const AttnSeqDesc> seqs,
     }
     if (partials <= limits.max_partials) break;
   }
+  // One CTA per SM instead, when that shortens the estimated critical path (AttnSplitOptions::sms).
+  auto critical_path = [&](int64_t target_ctas) {
+    int64_t ctas = 0, longest = 0;
+    bool any_split = false;
+    for (const Tile& t : tiles) {
+      const int splits = splits_of(t, target_ctas);
+      ctas += splits;
+      any_split = any_split || splits > 1;
+      longest = std::max(longest, CeilDiv(CeilDiv(t.key_end, kAttnTileKeys), splits));
+    }
+    return static_cast<double>(longest) * (ctas > split.sms ? kAttnSharedSmSlowdown : 1.0) +
+           (any_split ? kAttnMergeKeyTiles : 0);
+  };
+  if (split.sms > 0 && split.sms < target && critical_path(split.sms) < critical_path(target)) {
+    target = split.sms;
+  }
   std::vector<int> tile_splits(tiles.size());
   for (size_t i = 0; i < tiles.size(); ++i) tile_splits[i] = splits_of(tiles[i], target);
   auto valid_rows_of = [&](const Tile& t) { return std::min(tile_rows, t.rows - t.row_begin); };

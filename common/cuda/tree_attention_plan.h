@@ -144,6 +144,15 @@ int AutoTileRows(absl::Span<const AttnSeqDesc> seqs, const AttnHeads& heads, boo
 // ~0.8 µs slower.
 inline constexpr int kAttnDefaultFusedMergeRowSplits = 80;
 
+// The planner's estimate of a launch's critical path (AttnSplitOptions::sms), in key tiles of a
+// CTA alone on its SM: the longest CTA's key tiles, × kAttnSharedSmSlowdown when the launch has
+// more CTAs than SMs (some share one), plus kAttnMergeKeyTiles when some tile is split (its merge).
+// Measured on the H200 (docs/performance.md): a 64-row wgmma CTA streams its key tiles 1.44×
+// slower beside a second CTA than alone (8k / 256 nodes: 129–132 key tiles alone in 121 µs, half
+// as many beside another in 87 µs), and the merge launch takes 4–10 µs, about 6 key tiles.
+inline constexpr double kAttnSharedSmSlowdown = 1.44;
+inline constexpr int kAttnMergeKeyTiles = 6;
+
 // How a launch is cut into CTAs.
 struct AttnSplitOptions {
   // CTAs of tile_rows rows that fill the GPU (SMs × resident CTAs per SM): key ranges are split
@@ -160,6 +169,13 @@ struct AttnSplitOptions {
   // When every split tile has valid rows × splits <= this, each is merged by its last CTA (no
   // merge launch); otherwise all go to the merge launch. 0: every split tile by the merge launch.
   int fused_merge_row_splits = 0;
+  // The GPU's SMs, or 0. When 0 < sms < target_ctas (more than one resident CTA per SM), the
+  // splits are also worked out for sms CTAs (one per SM), and those are kept when their
+  // estimated critical path (above) is shorter: a launch that already has about a tile per SM
+  // and splits only its longer tiles puts the unsplit ones beside a second CTA, where they run
+  // slower than alone, and pays a merge (1k / 256 nodes: 128 tiles of 17–20 key tiles; 224 CTAs
+  // and a merge launch, 35 µs, against 128 CTAs, 26.6 µs).
+  int sms = 0;
 };
 
 // Partitions a batch into query tiles of `split.tile_rows` rows (64 or 128), splits key ranges

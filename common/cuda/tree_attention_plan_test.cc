@@ -271,6 +271,43 @@ TEST(TreeAttentionPlanTest, ProportionalSplitsFillTheTarget) {
   }
 }
 
+TEST(TreeAttentionPlanTest, OneCtaPerSmWhenSplittingSomeTilesWouldLengthenTheLaunch) {
+  std::mt19937 rng(13);
+  const AttnHeads llama{32, 8, 4, 0};
+  auto plan_of = [&](const Batch& batch, int sms) {
+    AttnSplitOptions split = Split(264);
+    split.sms = sms;
+    auto plan = PlanTreeAttention(batch.descs, llama, 16, 1 << 20, kLimits, split);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    return plan.ok() ? *plan : AttnPlan{};
+  };
+  // 256 nodes at 1k: 16 row tiles × 8 KV heads of 17–20 key tiles. Filling 264 slots splits the
+  // 96 tiles of 18–20 key tiles in two (224 CTAs, a merge) while the 17-tile ones stay whole
+  // beside them: 17 × 1.44 + 6 against 20 alone, so one CTA per SM, no split.
+  const Batch wide = MakeBatch({{1024, 256, 0}}, 16, rng);
+  const AttnPlan full = plan_of(wide, 0);
+  EXPECT_EQ(full.items.size(), 224u);
+  EXPECT_EQ(full.num_split_tiles, 96);
+  const AttnPlan per_sm = plan_of(wide, 132);
+  EXPECT_EQ(per_sm.items.size(), 128u);
+  EXPECT_EQ(per_sm.num_split_tiles, 0);
+  EXPECT_TRUE(per_sm.merges.empty());
+  // At 4k every tile splits in two (34 × 1.44 + 6 against 68): the full target stays.
+  const AttnPlan longer = plan_of(MakeBatch({{4096, 256, 0}}, 16, rng), 132);
+  EXPECT_EQ(longer.items.size(), 256u);
+  // Few tiles (64 nodes at 1k: 32 tiles split 8 ways, 3 key tiles each): the full target stays.
+  const AttnPlan few = plan_of(MakeBatch({{1024, 64, 0}}, 16, rng), 132);
+  EXPECT_EQ(few.items.size(), 256u);
+  // One CTA per SM already (the 128-row tiles' target): the same plan with or without sms.
+  AttnSplitOptions large = Split(132, 1, kAttnMaxTileRows);
+  auto without = PlanTreeAttention(wide.descs, llama, 16, 1 << 20, kLimits, large);
+  large.sms = 132;
+  auto with = PlanTreeAttention(wide.descs, llama, 16, 1 << 20, kLimits, large);
+  ASSERT_TRUE(without.ok() && with.ok()) << without.status() << with.status();
+  EXPECT_GT(with->items.size(), 64u);  // its 18–20-tile tiles split
+  EXPECT_EQ(with->items.size(), without->items.size());
+}
+
 TEST(TreeAttentionPlanTest, AutoTileRowsKeepsATreeOfAGqaGroupInOneTile) {
   std::mt19937 rng(9);
   const AttnHeads llama{32, 8, 4, 0};
