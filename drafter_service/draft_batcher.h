@@ -1,12 +1,13 @@
-// The draft model's forwards for every session at once. A drafter process serves many sessions
-// (one per running request of every verifier it serves) with one model on one device; run one
-// session at a time, N sessions cost N times the forwards of one, and at batch 16 the verifier
-// waited on the drafter most of each step (docs/performance.md). Here each session hands its
-// work to the batcher as a DraftJob — a sequence of forwards, each depending on the result of
-// the one before (append the emitted tokens, then one forward per tree depth) — and blocks
-// until the job ends. The batcher's thread runs rounds: the next forward of every job in flight
-// goes into one ForwardTopK (one per kind of rows), so N sessions cost about the forwards of
-// one, only wider. Jobs that arrive during a round join the next one.
+// The draft model's forwards for every session at once. A drafter process serves many sessions (one
+// per running request of every verifier it serves) with one model on one device; run one session at
+// a time, N sessions cost N times the forwards of one, and at batch 16 the verifier would wait on
+// the drafter most of each step (measured: docs/experiments/README.md, 'the drafter batches its
+// sessions' forwards'). Here each session hands its work to the batcher as a DraftJob — a sequence
+// of forwards, each depending on the result of the one before (append the emitted tokens, then one
+// forward per tree depth) — and blocks until the job ends. The batcher's thread runs rounds: the
+// next forward of every job in flight goes into one ForwardTopK (one per kind of rows), so N
+// sessions cost about the forwards of one, only wider. Jobs that arrive during a round join the
+// next one.
 //
 // A batched forward that fails (say RESOURCE_EXHAUSTED: the KV pool cannot hold every entry at
 // once) is retried entry by entry, so one session's failure never becomes another's.

@@ -484,7 +484,7 @@ TEST_F(E2eKeepaliveTest, IdleLinksWithShortKeepaliveStayUp) {
   ASSERT_TRUE(health->Check(&context, grpc::health::v1::HealthCheckRequest(), &response).ok());
   ASSERT_EQ(channel->GetState(false), GRPC_CHANNEL_READY);
   // Ten pings' worth of silence, here with no call open, on the verifier's link with its
-  // health watch open (without the server's permission both were dropped within 3-7 s).
+  // health watch open (without the server's permission both are dropped within 3-7 s).
   const auto idle_end = std::chrono::system_clock::now() + std::chrono::seconds(10);
   const bool changed = channel->WaitForStateChange(GRPC_CHANNEL_READY, idle_end);
   EXPECT_FALSE(changed) << "the idle connection went " << channel->GetState(false);

@@ -60,7 +60,7 @@ class DeviceBuffer {
   // after all prior work on the legacy default stream). host.size() must be <= size().
   // CopyFromHost returns when the data is on the device: cudaMemcpy from pageable memory may
   // return while its DMA is still running, and work on a non-blocking stream is not ordered
-  // after it (a weight upload followed by a copy on the loader's stream read half-written
+  // after it (a weight upload followed by a copy on the loader's stream could read half-written
   // rows), so it also waits for the legacy stream.
   absl::Status CopyFromHost(absl::Span<const T> host) {
     if (absl::Status fits = Fits(host.size()); !fits.ok()) return fits;

@@ -81,12 +81,12 @@ absl::Status ValidateGemmArgs(const GemmArgs& args);
 
 // Which kernels a runner uses (benchmarks compare them; the defaults are the fast choice).
 struct GemmOptions {
-  // GEMMs of at most this many rows (0 .. 64) run the few-row kernel; 0: cuBLASLt for all. Up
-  // to 16 rows the kernel ties cuBLASLt on the H200, at 32 a lone GEMM is slower, at 64 much
-  // slower (docs/performance.md, treespec-gemm-bench). 32 keeps a 16-node tree plus its root
-  // (17 rows) on the kernel (fused SiLU·mul, overlapped launch) and on the same batch-invariant
-  // sums as plain decoding (1 row): with 16, speculative and plain greedy split at more
-  // near-ties (engine_gpu_test).
+  // GEMMs of at most this many rows (0 .. 64) run the few-row kernel; 0: cuBLASLt for all. Up to 16
+  // rows the kernel ties cuBLASLt on the H200, at 32 a lone GEMM is slower, at 64 much slower
+  // (treespec-gemm-bench; docs/experiments/README.md, 'few-row GEMM'). 32 keeps a 16-node tree plus
+  // its root (17 rows) on the kernel (fused SiLU·mul, overlapped launch) and on the same
+  // batch-invariant sums as plain decoding (1 row): with 16, speculative and plain greedy split at
+  // more near-ties (engine_gpu_test).
   int skinny_max_rows = 32;
   // The few-row kernel launches as a programmatic dependent of the stream's previous kernel.
   bool dependent_launch = true;
@@ -96,8 +96,9 @@ struct GemmOptions {
   // GemmRunner::Tune of a cuBLASLt shape times this many of the heuristic's leading candidates
   // (each run once to warm up, then back to back through the shape's weights: at least 5 runs)
   // and keeps the fastest, the first unless another is 2 % faster; 0 or 1: the heuristic's first,
-  // untimed. The heuristic's first choice was 3–9 % slower than its best candidate for the 64-row
-  // gate/up, down and LM-head GEMMs of an 8B model on the H200 (docs/performance.md).
+  // untimed. Timing pays because the heuristic's first choice is not always its fastest: for the
+  // 64-row gate/up, down and LM-head GEMMs of an 8B model on the H200 it is 3–9 % slower than the
+  // best candidate (docs/experiments/README.md, 'cuBLASLt's candidates timed at load').
   int cublas_tune_candidates = 8;
   // Benchmarks: i > 0 = always the heuristic's (i + 1)-th candidate, untimed even by Tune (a
   // shape with fewer candidates is UNIMPLEMENTED); 0 = the first, or as Tune finds.

@@ -311,7 +311,7 @@ TEST_F(TreeAttentionTest, DependentLaunchWaitsForTheWriterOfQAndTreeSlots) {
   // may start; the first key tile of a split is requested before griddepcontrol.wait only when
   // it lies in the committed prefix. Short prefixes (the first tile reaches the tree), long
   // ones, a query range that starts inside the tree, both tile sizes. (On an H200, a kernel that
-  // took every first tile early failed this test.)
+  // takes every first tile early fails this test.)
   Check(kLlama8B, {{0, 17}, {40, 3}, {1000 + 3, 17}, {4096, 64}, {64, 1}, {130, 20, 5}}, 1, 1.0f,
         true);
 }

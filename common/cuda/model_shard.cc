@@ -42,7 +42,8 @@ namespace {
 
 // The rows a graph of `rows` rows is captured for, and its bucket: powers of two, except
 // multiples of 8 from 8 to 64 rows, so a verify step's 17 rows (16 drafted nodes + the root)
-// run the few-row GEMM's 24-row form (measured faster than 32 rows: docs/performance.md).
+// run the few-row GEMM's 24-row form, which is faster than its 32-row form (measured:
+// docs/experiments/README.md, 'the 17-row step').
 struct GraphBucket {
   int rows, index;
 };

@@ -34,10 +34,10 @@ struct TreeAttentionOptions {
   AttnPlanLimits limits;
   int min_split_tiles = 1;  // see PlanTreeAttention
   // How many CTAs per SM the planner aims for (PlanTreeAttention's target_ctas = SMs × this);
-  // 0 or more than fit: as many as are resident (2 at head dim 128). Measured on the H200
-  // (docs/performance.md): 1 is faster for small trees at batch 1 up to 32k (fewer partial
-  // results for the single-CTA merge), slower at batch 8, at 128k and for 64+ nodes, so the
-  // default stays at the resident count.
+  // 0 or more than fit: as many as are resident (2 at head dim 128). 1 is faster for small trees
+  // at batch 1 up to 32k (fewer partial results for the single-CTA merge), slower at batch 8, at
+  // 128k and for 64+ nodes (measured on the H200: docs/experiments/README.md, 'the split-tile merge
+  // as its own launch'), so the default is the resident count.
   int target_ctas_per_sm = 0;
   // Query rows per CTA: 64, 128, or 0 = per launch by AutoTileRows (tree_attention_plan.h).
   int tile_rows = 0;

@@ -206,7 +206,8 @@ absl::StatusOr<AttnPlan> PlanTreeAttention(absl::Span<const AttnSeqDesc> seqs,
   auto valid_rows_of = [&](const Tile& t) { return std::min(tile_rows, t.rows - t.row_begin); };
   // Split tiles are merged by their last CTA only if every split tile of the launch can be: once
   // the merge launch runs for some, a merge in the attention launch only lengthens the critical
-  // path (measured on the H200: docs/performance.md).
+  // path (measured on the H200: docs/experiments/README.md, 'attention splits in proportion to
+  // their length').
   bool fuse = true;
   for (size_t i = 0; i < tiles.size(); ++i) {
     const int64_t partial_rows = static_cast<int64_t>(valid_rows_of(tiles[i])) * tile_splits[i];

@@ -134,22 +134,24 @@ struct AttnPlan {
 // (sequence, KV head): 128 rows when R > 64 — a 17-node tree of a model with 4 q heads per KV
 // head would otherwise stream its keys twice — else 64 (two CTAs per SM at head dim 128). For
 // the wgmma path (`wgmma`), 128 only for 64 < R <= 128: past that, tiles of 64 rows (two
-// independent warpgroups per SM, whose softmax and matrix products interleave) were faster on
-// the H200 although they stream the keys more often (docs/performance.md).
+// independent warpgroups per SM, whose softmax and matrix products interleave) are faster on
+// the H200 although they stream the keys more often (docs/experiments/README.md, '64- against
+// 128-row query tiles').
 int AutoTileRows(absl::Span<const AttnSeqDesc> seqs, const AttnHeads& heads, bool wgmma = false);
 
 // The default of AttnSplitOptions::fused_merge_row_splits in the model (TreeAttentionOptions).
-// Measured on the H200 (docs/performance.md): one node's 4 rows split 17 ways (1k) merge 1.6 µs
-// faster in the last CTA than in the merge launch; split 33 ways (8k), or 8 rows split 17 ways,
-// ~0.8 µs slower.
+// 80 lies between what merges faster in the last CTA than in the merge launch, one node's 4 rows
+// split 17 ways (1k: 68), and what merges slower, 4 rows split 33 ways (8k: 132) or 8 rows split
+// 17 ways (136) (measured on the H200: docs/experiments/README.md, 'small split tiles merged by
+// their last CTA').
 inline constexpr int kAttnDefaultFusedMergeRowSplits = 80;
 
 // The planner's estimate of a launch's critical path (AttnSplitOptions::sms), in key tiles of a
 // CTA alone on its SM: the longest CTA's key tiles, × kAttnSharedSmSlowdown when the launch has
 // more CTAs than SMs (some share one), plus kAttnMergeKeyTiles when some tile is split (its merge).
-// Measured on the H200 (docs/performance.md): a 64-row wgmma CTA streams its key tiles 1.44×
-// slower beside a second CTA than alone (8k / 256 nodes: 129–132 key tiles alone in 121 µs, half
-// as many beside another in 87 µs), and the merge launch takes 4–10 µs, about 6 key tiles.
+// On the H200 a 64-row wgmma CTA streams its key tiles 1.44× slower beside a second CTA than
+// alone, and the merge launch takes 4–10 µs, about 6 key tiles (measured:
+// docs/experiments/README.md, 'one attention CTA per SM').
 inline constexpr double kAttnSharedSmSlowdown = 1.44;
 inline constexpr int kAttnMergeKeyTiles = 6;
 
@@ -173,8 +175,9 @@ struct AttnSplitOptions {
   // splits are also worked out for sms CTAs (one per SM), and those are kept when their
   // estimated critical path (above) is shorter: a launch that already has about a tile per SM
   // and splits only its longer tiles puts the unsplit ones beside a second CTA, where they run
-  // slower than alone, and pays a merge (1k / 256 nodes: 128 tiles of 17–20 key tiles; 224 CTAs
-  // and a merge launch, 35 µs, against 128 CTAs, 26.6 µs).
+  // slower than alone, and pays a merge (1k / 256 nodes: 128 tiles of 17–20 key tiles, where 224
+  // CTAs and a merge launch take longer than 128 CTAs; measured: docs/experiments/README.md, 'one
+  // attention CTA per SM').
   int sms = 0;
 };
 

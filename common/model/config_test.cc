@@ -445,10 +445,10 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"BadRmsEps",
                   Replace(kLlama2_7B, R"("rms_norm_eps": 1e-05)", R"("rms_norm_eps": 0)"),
                   "rms_norm_eps", ""},
-        // tests/fuzz/config_fuzz found the first (regressions/config_fuzz/): checks made on the
-        // double let through values that break as the float the model uses (0, infinity, equal
-        // llama3 factors). The rest are the same mistake elsewhere, and ids or lengths past
-        // int32 that wrapped.
+        // The first is an input of tests/fuzz/config_fuzz (regressions/config_fuzz/): a check
+        // made on the double would let through values that break as the float the model uses
+        // (0, infinity, equal llama3 factors). The rest are the same mistake elsewhere, and ids
+        // or lengths past int32 that would wrap.
         ErrorCase{"RmsEpsRoundsToZeroAsFloat",
                   Replace(kLlama2_7B, R"("rms_norm_eps": 1e-05)", R"("rms_norm_eps": 1e-60)"),
                   "rms_norm_eps", "positive"},

@@ -84,8 +84,8 @@ void BlockedMatMul(const BlockFn (&blocks)[kR][kC], const float* x, const float*
     for (int j = 0; j < n; j += kC) {
       const int c = std::min(kC, n - j);
       // Weights stream from memory: while the first row block runs, prefetch the column block
-      // 4 ahead (the hardware prefetcher alone left the FMA units waiting: 16 rows × 704 × 256
-      // over cold weights ran at 38 GFLOP/s without, 78 with, on the dev machine's Zen 4).
+      // 4 ahead (the hardware prefetcher alone leaves the FMA units waiting: 16 rows × 704 × 256
+      // over cold weights run at 38 GFLOP/s without, 78 with, on the dev machine's Zen 4).
       const float* next = j + 4 * kC < n ? w + static_cast<int64_t>(j + 4 * kC) * k : nullptr;
       for (int i = i0; i < i1; i += kR) {
         const int r = std::min(kR, i1 - i);

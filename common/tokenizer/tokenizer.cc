@@ -419,7 +419,7 @@ class HfTokenizer final : public Tokenizer {
   int vocab_size_ = 0;                         // largest id + 1
   // Id -> the bytes it decodes to, for the ids some token has. A hash map, not a vector
   // indexed by id: its memory follows the file's entries, whereas a table sized by the largest
-  // id made one id near 2^24 in a tiny file cost 0.6 GB at load. Refusing sparse ids instead
+  // id would make one id near 2^24 in a tiny file cost 0.6 GB at load. Refusing sparse ids instead
   // would need a density threshold that some real file might miss; a lookup per decoded token
   // costs nothing beside a model step.
   absl::flat_hash_map<int32_t, std::string> decoded_;

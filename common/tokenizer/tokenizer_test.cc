@@ -290,7 +290,7 @@ size_t AllocatedBytes() {
 #endif
 
 // One id near 2^24 in a tiny file loads and works, and costs memory by the file's entries, not
-// by its largest id (a table indexed by id took 0.5 GB here).
+// by its largest id (a table indexed by id would take 0.5 GB here).
 TEST_F(TokenizerTest, HugeSparseIdCostsMemoryByEntriesNotById) {
   constexpr int32_t kFar = (1 << 24) - 1;  // the largest id a file may use
   Json json = BaseTokenizerJson();

@@ -4,8 +4,8 @@
 //    k (split-K, so that small n still fills the GPU); 8 warps: warp w takes the 16 w rows
 //    16·(w % 4) and half w / 4 of every 64-column step (two of its four 16-column MMA steps),
 //    and the second half's sums are added to the first's through shared memory at the end.
-//    Measured on the H200 (docs/performance.md): with 4 warps each doing all four, a scheduler
-//    had 1.5 warps and the kernel was latency-bound (2.1–2.7 TB/s at 16–32 rows);
+//    With 4 warps each doing all four, a scheduler would have 1.5 warps and the kernel would be
+//    latency-bound (measured on the H200: docs/experiments/README.md, 'the 17-row step');
 //  - w is the mma's A operand (16 rows of w × 16 of k) and x its B operand (8 rows of x), so a
 //    single token wastes 7/8 of an 8-wide MMA instead of 15/16 of a 16-wide one;
 //  - w and x stream through SkinnyStages shared-memory stages of 64 columns by cp.async (rows
@@ -117,9 +117,10 @@ __device__ __forceinline__ const T* Opaque(const T* p) {
 // row-major [rows, k] matrix `src`, StageRow's rows) into shared memory, with everything that
 // does not depend on kt worked out once: a thread always copies the same chunk column of the
 // same rows, so a stage costs it one add, one compare and one cp.async per chunk. Rows past the
-// end and columns >= k are zero-filled. (With the addressing recomputed per stage, the main loop
-// of the 24-row kernel was 135 instructions per stage around its 6 ldmatrix and 6 mma, at 6.3
-// cycles per issued instruction; hoisted, 62: docs/performance.md.)
+// end and columns >= k are zero-filled. (The 24-row kernel is issue-latency-bound per warp: with
+// the addressing recomputed per stage, its main loop would be 135 instructions per stage around
+// its 6 ldmatrix and 6 mma instead of 62; docs/experiments/README.md, 'the few-row GEMM's
+// addressing worked out once'.)
 template <int kRows, bool kGated = false>
 struct StageCopier {
   static constexpr int kChunks = kRows * 8;

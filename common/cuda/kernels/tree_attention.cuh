@@ -49,13 +49,13 @@ __host__ __device__ constexpr int AttnThreads() {
 // so one build serves it and sm_90a (227 KiB per SM).
 inline constexpr int kAttnMaxSharedBytes = 99 * 1024;
 
-// Pipeline depth: 4 stages, or as many as fit kAttnMaxSharedBytes beside the Q tile (2 at head
-// dim 128). Measured on the H200 (docs/performance.md): the kernel is issue-bound, and the
-// 2-stage pipeline at head dim 128 was as fast as or faster than 3 (64-row tiles) or 6
-// (128-row tiles) stages at every context, tree size and batch of the attention bench, and
-// stages of 32 keys (5 or 4 stages in the same memory) were no faster than stages of 64. The
-// wgmma path keeps the same depth: 3 stages (64-row tiles, two CTAs per SM) or 4 (128-row) in
-// more of sm_90's shared memory were 2–5 % slower.
+// Pipeline depth: 4 stages, or as many as fit kAttnMaxSharedBytes beside the Q tile (2 at head dim
+// 128). The kernel is issue-bound, not short of bytes in flight, so 2 stages at head dim 128 are at
+// least as fast as 3 (64-row tiles) or 6 (128-row tiles) at every point of the attention bench, and
+// stages of 32 keys (5 or 4 in the same memory) are no faster than stages of 64. The wgmma path
+// keeps the same depth: 3 stages (64-row tiles, two CTAs per SM) or 4 (128-row) in more of sm_90's
+// shared memory are slower (measured on the H200: docs/experiments/README.md, 'the attention's
+// pipeline depth').
 
 // The wgmma path's tiles start 1024-byte aligned: that much more shared memory, for the padding.
 template <bool kWgmma>
@@ -263,15 +263,16 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
   static_assert(kKeyStride % 8 == 0, "a thread's keys share their swizzle (row % 8)");
   constexpr int kPageLoads = kKeysPerThread / kKeysPerPage;
   constexpr int kStageBytes = kTileElems * 2;
-  // A thread copies keys my_key + j·kKeyStride of every 64-key tile, and everything of those
-  // copies that does not depend on the tile is worked out here, once (recomputed per tile, it
-  // was ~240 of the ~550 instructions a warp issued per tile: docs/performance.md). A tile's
-  // first key is a multiple of 64, kKeyStride a multiple of 8, and pages hold >= 16 keys, so
-  // the thread's keys fall in groups of kKeysPerPage, one page each (two keys when the stride
-  // is 8: head dim 128 with 4 warps). Group p's page-table entry is (the tile's first key >>
-  // page_shift) + page_step[p], and its first key sits (the tile's first key & slot_mask) slots
-  // (0 unless pages exceed 64 keys) plus slot_off[p] bytes into that page, key q of the group
-  // q·kKeyStride slots further. Page bytes fit 32 bits (TreeAttention::Create).
+  // A thread copies keys my_key + j·kKeyStride of every 64-key tile, and everything of those copies
+  // that does not depend on the tile is worked out here, once (recomputed per tile, it would be
+  // ~240 of the ~550 instructions a warp issues per tile: docs/experiments/README.md, 'the tree
+  // attention's copy addresses worked out once'). A tile's first key is a multiple of 64,
+  // kKeyStride a multiple of 8, and pages hold >= 16 keys, so the thread's keys fall in groups of
+  // kKeysPerPage, one page each (two keys when the stride is 8: head dim 128 with 4 warps). Group
+  // p's page-table entry is (the tile's first key >> page_shift) + page_step[p], and its first key
+  // sits (the tile's first key & slot_mask) slots (0 unless pages exceed 64 keys) plus slot_off[p]
+  // bytes into that page, key q of the group q·kKeyStride slots further. Page bytes fit 32 bits
+  // (TreeAttention::Create).
   const uint32_t page_bytes =
       static_cast<uint32_t>(args.kv.num_kv_heads * args.kv.page_size * D * 2);
   int key_off[kPageLoads], page_step[kPageLoads];
@@ -449,7 +450,7 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
   // prefix, and the row's tree keys (its ancestor-mask bits from the tile's first tree key on,
   // at most two words, or the chain's 0..node), all below key_end. Worked out once per row and
   // tile, so the per-score mask is a bit test (a test of every score, with its mask word loaded
-  // for each, made the masked step three times the size of the unmasked one).
+  // for each, would make the masked step three times the size of the unmasked one).
   auto visible_keys = [&](int key0, int i) -> uint64_t {
     static_assert(kAttnTileKeys == 64, "a tile's keys are the bits of one word");
     const int j0 = key0 - seq.prefix_len;  // tree index of the tile's key 0 (< 0: in the prefix)
@@ -530,10 +531,11 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
 
   if constexpr (kWgmma) {
     // A software pipeline per warpgroup: S of tile t + 1 and P·V of tile t are issued back to back,
-    // and the softmax of tile t + 1 starts while P·V is in flight. (ptxas places the wait for P·V
-    // after the softmax's row maxima and first exponentials, not after all of it, whatever the
-    // order in the source; the SASS and the A/B are in docs/performance.md.) The previous loop, S,
-    // softmax, P·V, each waited for, left the tensor cores idle through every softmax.
+    // and the softmax of tile t + 1 starts while P·V is in flight, so the tensor cores work through
+    // the softmax instead of waiting for it (S, softmax, P·V, each waited for, would leave them
+    // idle through every softmax). ptxas places the wait for P·V after the softmax's row maxima
+    // and first exponentials, not after all of it, whatever the order in the source (SASS and
+    // measurements: docs/experiments/README.md, 'S of the next tile issued with P·V').
     const bool computes = warpgroup * 64 < rows_here;  // else: copies only
     float s[kNTiles][4];
     uint32_t p[kNTiles][2];
@@ -551,8 +553,8 @@ __global__ void __launch_bounds__(AttnThreads<kRows>())
       }
     }
     // One tile's step. `more` and `mask_next` (compile-time bools) say that a next tile exists
-    // and that it needs the mask. As runtime branches between the wgmma waits, they made ptxas
-    // serialize every wgmma of the kernel (S's registers read on a path where S might be in
+    // and that it needs the mask. As runtime branches between the wgmma waits, they would make
+    // ptxas serialize every wgmma of the kernel (S's registers read on a path where S might be in
     // flight) or wait for P·V at the mask's branch, ahead of the softmax.
     auto step = [&](int tile, auto more, auto mask_next) {
       CpAsyncWait<kStages - 2>();  // K of tile + 1, V of tile
