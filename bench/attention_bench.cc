@@ -220,5 +220,8 @@ absl::Status Main() {
 }  // namespace treespec::gpu
 
 int main(int argc, char** argv) {
-  return treespec::gpu::BenchMain(argc, argv, "treespec-attention-bench", treespec::gpu::Main);
+  return treespec::gpu::BenchMain(
+      argc, argv, "treespec-attention-bench",
+      "One layer of GPU tree attention against its physical floor (Llama-3-8B shape).",
+      treespec::gpu::Main);
 }

@@ -24,6 +24,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/backend/load_model.h"
@@ -66,7 +67,7 @@ double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(
 
 // A CausalLm that passes every call on and times Forward and ForwardTopK (the draft model's
 // share of a step). host_top_k ranks on the host from the full logits (CausalLm's default
-// ForwardTopK, the drafter's path before the device ranked them) for an A/B in one run.
+// ForwardTopK) instead of on the device, for an A/B of the two in one run.
 class TimedLm final : public CausalLm {
  public:
   TimedLm(std::unique_ptr<CausalLm> lm, bool host_top_k)
@@ -168,7 +169,7 @@ absl::StatusOr<Result> InProcess(const std::string& name, DrafterFactory& factor
   ASSIGN_OR_RETURN(std::unique_ptr<DraftSession> session, factory.NewSession());
   int64_t pos = absl::GetFlag(FLAGS_context);
   RETURN_IF_ERROR(session->Append(text.Range(0, pos)));
-  const DraftLimits limits{absl::GetFlag(FLAGS_tree_budget), absl::GetFlag(FLAGS_max_depth)};
+  const SpecLimits limits{absl::GetFlag(FLAGS_tree_budget), absl::GetFlag(FLAGS_max_depth)};
   const int steps = absl::GetFlag(FLAGS_steps);
   DraftedTree tree;
   int64_t nodes = 0, emitted_total = 0;
@@ -200,7 +201,7 @@ absl::StatusOr<Result> Concurrent(const std::string& name, DrafterFactory& facto
                                   int sessions, TimedLm* timed) {
   const TargetText text(vocab, 1);
   const int64_t context = absl::GetFlag(FLAGS_context);
-  const DraftLimits limits{absl::GetFlag(FLAGS_tree_budget), absl::GetFlag(FLAGS_max_depth)};
+  const SpecLimits limits{absl::GetFlag(FLAGS_tree_budget), absl::GetFlag(FLAGS_max_depth)};
   const int steps = absl::GetFlag(FLAGS_steps);
   std::vector<std::unique_ptr<DraftSession>> open(sessions);
   for (auto& session : open) {
@@ -407,6 +408,7 @@ absl::Status Run() {
 }  // namespace treespec
 
 int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Drafting latency per step, in process and over gRPC on loopback.");
   absl::ParseCommandLine(argc, argv);
   absl::Status status = treespec::Run();
   if (!status.ok()) {

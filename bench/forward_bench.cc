@@ -11,14 +11,14 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "common/model/causal_lm.h"
 
 ABSL_FLAG(std::string, model, "models/tiny-target", "model directory");
@@ -31,6 +31,7 @@ ABSL_FLAG(int, tp, 1, "tensor-parallel ranks (threads)");
 ABSL_FLAG(std::string, json, "", "write the results here as JSON");
 
 int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Wall time of one CPU verify forward by tree size and context.");
   absl::ParseCommandLine(argc, argv);
   treespec::LmOptions options;
   options.tensor_parallel = absl::GetFlag(FLAGS_tp);
@@ -75,8 +76,11 @@ int main(int argc, char** argv) {
       const double min = ms.front(), median = ms[ms.size() / 2];
       std::printf("context %5d  nodes %3d  min %7.3f ms  median %7.3f ms\n", context, n, min,
                   median);
-      results.push_back({{"context", context}, {"nodes", n}, {"min_ms", min},
-                         {"median_ms", median}, {"tp", absl::GetFlag(FLAGS_tp)}});
+      results.push_back({{"context", context},
+                         {"nodes", n},
+                         {"min_ms", min},
+                         {"median_ms", median},
+                         {"tp", absl::GetFlag(FLAGS_tp)}});
     }
     model.FreeSequence(seq);
   }

@@ -209,5 +209,8 @@ absl::Status Main() {
 }  // namespace treespec::gpu
 
 int main(int argc, char** argv) {
-  return treespec::gpu::BenchMain(argc, argv, "treespec-gemm-bench", treespec::gpu::Main);
+  return treespec::gpu::BenchMain(
+      argc, argv, "treespec-gemm-bench",
+      "The GEMMs of a verify step (few rows, Llama-3-8B weights) against their memory floor.",
+      treespec::gpu::Main);
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -200,7 +201,8 @@ void WriteBenchJson(const std::string& path, const GpuCeilings& ceilings,
   std::ofstream(path) << doc.dump(2) << "\n";
 }
 
-int BenchMain(int argc, char** argv, const char* name, absl::Status (*run)()) {
+int BenchMain(int argc, char** argv, const char* name, const char* usage, absl::Status (*run)()) {
+  absl::SetProgramUsageMessage(usage);
   absl::ParseCommandLine(argc, argv);
   if (const absl::Status status = run(); !status.ok()) {
     std::fprintf(stderr, "%s: %s\n", name, status.ToString().c_str());

@@ -63,9 +63,9 @@ absl::StatusOr<GpuCeilings> MeasureGpuCeilings(cudaStream_t stream);
 void WriteBenchJson(const std::string& path, const GpuCeilings& ceilings,
                     const nlohmann::json& results, const nlohmann::json& extra = {});
 
-// A GPU benchmark's main(): parses the flags, runs `run`, prints its error as `name: status`
-// and returns the process exit code.
-int BenchMain(int argc, char** argv, const char* name, absl::Status (*run)());
+// A GPU benchmark's main(): sets `usage` as --help's description, parses the flags, runs `run`,
+// prints its error as `name: status` and returns the process exit code.
+int BenchMain(int argc, char** argv, const char* name, const char* usage, absl::Status (*run)());
 
 }  // namespace treespec::gpu
 

@@ -12,6 +12,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "bench/gpu_ceilings.h"
@@ -40,6 +41,8 @@ absl::StatusOr<nlohmann::json> MeasureCeilings(int device) {
 }  // namespace treespec::gpu
 
 int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Measures the GPU's copy bandwidth and bf16 GEMM rate; prints them as JSON.");
   absl::ParseCommandLine(argc, argv);
   const absl::StatusOr<nlohmann::json> ceilings =
       treespec::gpu::MeasureCeilings(absl::GetFlag(FLAGS_device));

@@ -289,5 +289,8 @@ absl::Status Main() {
 }  // namespace treespec::gpu
 
 int main(int argc, char** argv) {
-  return treespec::gpu::BenchMain(argc, argv, "treespec-verify-step-bench", treespec::gpu::Main);
+  return treespec::gpu::BenchMain(
+      argc, argv, "treespec-verify-step-bench",
+      "One full verify step of a Llama-3-8B-shaped target against its physical floor.",
+      treespec::gpu::Main);
 }

@@ -53,7 +53,7 @@ std::vector<Candidate> PerDepthCandidates::TopK(absl::Span<const float> logprobs
   return CandidatesOf(TopKLogProbs(logprobs, k), k);
 }
 
-DraftedTree BuildDdTree(const CandidateSource& source, int32_t root_key, const DraftLimits& limits,
+DraftedTree BuildDdTree(const CandidateSource& source, int32_t root_key, const SpecLimits& limits,
                         std::vector<int32_t>* keys) {
   DraftedTree tree;
   if (keys != nullptr) keys->clear();

@@ -64,7 +64,7 @@ class PerDepthCandidates final : public CandidateSource {
 // their conditional log-probs. Ties on score are broken by (shallower first, then parent's
 // output index, then rank), so the result is deterministic. Candidates with a log-prob of
 // -inf (or NaN) are never drafted. When `keys` is given it receives each node's source key.
-DraftedTree BuildDdTree(const CandidateSource& source, int32_t root_key, const DraftLimits& limits,
+DraftedTree BuildDdTree(const CandidateSource& source, int32_t root_key, const SpecLimits& limits,
                         std::vector<int32_t>* keys = nullptr);
 
 }  // namespace treespec

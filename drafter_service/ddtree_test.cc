@@ -113,7 +113,7 @@ TEST(BuildDdTreeTest, PerDepthEqualsBruteForceTopB) {
               [](const auto& a, const auto& b) { return a.first > b.first; });
 
     for (int budget : {1, 2, 3, 5, 8, 16, 40, 1000}) {
-      DraftedTree tree = BuildDdTree(source, 0, DraftLimits{budget, depth});
+      DraftedTree tree = BuildDdTree(source, 0, SpecLimits{budget, depth});
       const size_t expected_size = std::min<size_t>(budget, all.size());
       ASSERT_EQ(tree.tokens.size(), expected_size) << "trial " << trial << " budget " << budget;
       std::set<std::vector<int32_t>> want, got;
@@ -148,17 +148,17 @@ TEST(BuildDdTreeTest, BudgetAndDepthLimits) {
     ranked.push_back(PerDepthCandidates::TopK(RandomLogprobs(rng, 6), 6));
   PerDepthCandidates source(ranked);
 
-  EXPECT_THAT(BuildDdTree(source, 0, DraftLimits{0, 8}).tokens, IsEmpty());
-  EXPECT_THAT(BuildDdTree(source, 0, DraftLimits{8, 0}).tokens, IsEmpty());
+  EXPECT_THAT(BuildDdTree(source, 0, SpecLimits{0, 8}).tokens, IsEmpty());
+  EXPECT_THAT(BuildDdTree(source, 0, SpecLimits{8, 0}).tokens, IsEmpty());
   // Depth 1: the best `budget` first tokens, all children of the bonus.
-  DraftedTree flat = BuildDdTree(source, 0, DraftLimits{4, 1});
+  DraftedTree flat = BuildDdTree(source, 0, SpecLimits{4, 1});
   EXPECT_THAT(flat.parents, ElementsAre(-1, -1, -1, -1));
   for (int r = 0; r < 4; ++r) EXPECT_EQ(flat.tokens[r], ranked[0][r].token);
   // Budget larger than the whole depth-1 tree: stops when the heap is empty.
-  EXPECT_EQ(BuildDdTree(source, 0, DraftLimits{100, 1}).tokens.size(), 6u);
+  EXPECT_EQ(BuildDdTree(source, 0, SpecLimits{100, 1}).tokens.size(), 6u);
   for (int depth = 1; depth <= 10; ++depth) {
     for (int budget : {1, 7, 16, 64}) {
-      DraftedTree tree = BuildDdTree(source, 0, DraftLimits{budget, depth});
+      DraftedTree tree = BuildDdTree(source, 0, SpecLimits{budget, depth});
       size_t prefixes = 0;  // 6 + 6^2 + ... + 6^depth
       for (size_t d = 1, level = 6; d <= static_cast<size_t>(depth) && prefixes < 1000;
            ++d, level *= 6) {
@@ -169,7 +169,7 @@ TEST(BuildDdTreeTest, BudgetAndDepthLimits) {
     }
   }
   // Key out of range: no children.
-  EXPECT_THAT(BuildDdTree(source, 99, DraftLimits{8, 8}).tokens, IsEmpty());
+  EXPECT_THAT(BuildDdTree(source, 99, SpecLimits{8, 8}).tokens, IsEmpty());
 }
 
 TEST(BuildDdTreeTest, ChainSourceGivesChain) {
@@ -177,12 +177,12 @@ TEST(BuildDdTreeTest, ChainSourceGivesChain) {
   std::vector<std::vector<Candidate>> ranked;
   for (int d = 0; d < 5; ++d) ranked.push_back({Candidate{10 + d, -0.1f * d, 0}});
   PerDepthCandidates source(ranked);
-  DraftedTree tree = BuildDdTree(source, 0, DraftLimits{16, 8});
+  DraftedTree tree = BuildDdTree(source, 0, SpecLimits{16, 8});
   EXPECT_THAT(tree.tokens, ElementsAre(10, 11, 12, 13, 14));  // runs out of depths
   EXPECT_THAT(tree.parents, ElementsAre(-1, 0, 1, 2, 3));
-  tree = BuildDdTree(source, 0, DraftLimits{3, 8});
+  tree = BuildDdTree(source, 0, SpecLimits{3, 8});
   EXPECT_THAT(tree.tokens, ElementsAre(10, 11, 12));
-  tree = BuildDdTree(source, 0, DraftLimits{16, 2});
+  tree = BuildDdTree(source, 0, SpecLimits{16, 2});
   EXPECT_THAT(tree.tokens, ElementsAre(10, 11));
 }
 
@@ -191,18 +191,18 @@ TEST(BuildDdTreeTest, TiesAreDeterministic) {
   const float lp = std::log(0.5f);
   std::vector<std::vector<Candidate>> ranked(3, {Candidate{7, lp, 0}, Candidate{8, lp, 0}});
   PerDepthCandidates source(ranked);
-  DraftedTree tree = BuildDdTree(source, 0, DraftLimits{6, 3});
+  DraftedTree tree = BuildDdTree(source, 0, SpecLimits{6, 3});
   // Shallower first, then by parent's output index, then by rank.
   EXPECT_THAT(tree.tokens, ElementsAre(7, 8, 7, 8, 7, 8));
   EXPECT_THAT(tree.parents, ElementsAre(-1, -1, 0, 0, 1, 1));
   for (int i = 0; i < 5; ++i) {
-    DraftedTree again = BuildDdTree(source, 0, DraftLimits{6, 3});
+    DraftedTree again = BuildDdTree(source, 0, SpecLimits{6, 3});
     EXPECT_EQ(again.tokens, tree.tokens);
     EXPECT_EQ(again.parents, tree.parents);
   }
   // Zero log-probs (certain continuations, as from a single n-gram match): a chain first.
   std::vector<std::vector<Candidate>> certain(4, {Candidate{1, 0.0f, 0}});
-  tree = BuildDdTree(PerDepthCandidates(certain), 0, DraftLimits{8, 8});
+  tree = BuildDdTree(PerDepthCandidates(certain), 0, SpecLimits{8, 8});
   EXPECT_THAT(tree.parents, ElementsAre(-1, 0, 1, 2));
 }
 
@@ -222,7 +222,7 @@ TEST(BuildDdTreeTest, GeneralTreeSourceAndInfiniteLogprobs) {
   // a -> c(3, p .9); b -> d(4, p .5)
   trie.children[1] = {{101, std::log(0.9f), 3}};
   trie.children[2] = {{201, std::log(0.5f), 4}};
-  DraftedTree tree = BuildDdTree(trie, 0, DraftLimits{10, 4});
+  DraftedTree tree = BuildDdTree(trie, 0, SpecLimits{10, 4});
   // Scores: a .6, c .54, b .3, d .15; the -inf candidate is never drafted.
   EXPECT_THAT(tree.tokens, ElementsAre(100, 101, 200, 201));
   EXPECT_THAT(tree.parents, ElementsAre(-1, 0, -1, 2));

@@ -110,7 +110,7 @@ class DraftModelSession::DraftingJob : public DraftJob {
 // get their children from one forward; the result is the best tree over all candidates.
 class DraftModelSession::TreeJob final : public DraftingJob {
  public:
-  TreeJob(DraftModelSession& s, const DraftLimits& limits) : DraftingJob(s), limits_(limits) {}
+  TreeJob(DraftModelSession& s, const SpecLimits& limits) : DraftingJob(s), limits_(limits) {}
   bool NextForward(SeqTree* tree, int* k, TopKRows* rows) override {
     if (!started_) Start();
     if (done_) return false;
@@ -159,7 +159,7 @@ class DraftModelSession::TreeJob final : public DraftingJob {
       done_ = true;
       return;
     }
-    k_ = std::min(s_.options_.top_k > 0 ? s_.options_.top_k : limits_.tree_budget, s_.vocab_size_);
+    k_ = std::min(limits_.top_k > 0 ? limits_.top_k : limits_.tree_budget, s_.vocab_size_);
     candidates_.SetChildren(0, CandidatesOf(s_.last_top_, k_));
     forwarded_.seq = s_.seq_;
     forwarded_.committed_len = s_.committed_len_;
@@ -170,7 +170,7 @@ class DraftModelSession::TreeJob final : public DraftingJob {
     return false;
   }
 
-  DraftLimits limits_;
+  SpecLimits limits_;
   bool started_ = false, done_ = false;
   int k_ = 1, depth_ = 1;
   ExpandedTree candidates_;
@@ -181,7 +181,7 @@ class DraftModelSession::TreeJob final : public DraftingJob {
 // The chain mode: greedy, one forward per drafted token but the last.
 class DraftModelSession::ChainJob final : public DraftingJob {
  public:
-  ChainJob(DraftModelSession& s, const DraftLimits& limits) : DraftingJob(s), limits_(limits) {}
+  ChainJob(DraftModelSession& s, const SpecLimits& limits) : DraftingJob(s), limits_(limits) {}
   bool NextForward(SeqTree* tree, int* k, TopKRows* rows) override {
     if (!started_) {
       started_ = true;
@@ -215,7 +215,7 @@ class DraftModelSession::ChainJob final : public DraftingJob {
   }
 
  private:
-  const DraftLimits limits_;
+  const SpecLimits limits_;
   bool started_ = false, stopped_ = false;
   int n_ = 0;
   TokenLogProb best_;
@@ -304,7 +304,7 @@ absl::Status DraftModelSession::Append(absl::Span<const int32_t> tokens) {
 }
 
 std::unique_ptr<DraftModelSession::DraftingJob> DraftModelSession::NewDraftJob(
-    const DraftLimits& limits) {
+    const SpecLimits& limits) {
   switch (options_.shape) {
     case DraftShape::kChain:
       return std::make_unique<ChainJob>(*this, limits);
@@ -324,7 +324,7 @@ absl::StatusOr<DraftedTree> DraftModelSession::FinishDraft(DraftingJob& job, abs
   return std::move(job.result());
 }
 
-absl::StatusOr<DraftedTree> DraftModelSession::Draft(const DraftLimits& limits) {
+absl::StatusOr<DraftedTree> DraftModelSession::Draft(const SpecLimits& limits) {
   if (broken_) {
     return absl::FailedPreconditionError(
         "draft session lost its KV cache after an earlier error; open a new session");
@@ -335,7 +335,7 @@ absl::StatusOr<DraftedTree> DraftModelSession::Draft(const DraftLimits& limits) 
 }
 
 absl::StatusOr<DraftedTree> DraftModelSession::AppendAndDraft(absl::Span<const int32_t> tokens,
-                                                              const DraftLimits& limits) {
+                                                              const SpecLimits& limits) {
   absl::Status status;
   if (!StartAppend(tokens, &status)) {
     if (!status.ok()) return status;

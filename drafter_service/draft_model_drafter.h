@@ -24,8 +24,6 @@ enum class DraftShape { kTree, kChain };
 
 struct DraftModelOptions {
   DraftShape shape = DraftShape::kTree;
-  // Children kept per expanded node (tree mode); 0 = min(tree budget, vocab).
-  int top_k = 0;
   // Candidates kept of the context's last distribution between Append and Draft: the most any
   // Draft may use (the service's largest tree budget). A larger budget or top_k gets at most
   // this many children of the bonus token.
@@ -56,10 +54,10 @@ class DraftModelSession final : public DraftSession {
   absl::Status Append(absl::Span<const int32_t> tokens) override;
   // Chain: greedy, min(budget, depth) nodes. Tree: see the file comment. The draft's K/V is
   // dropped afterwards (the cache is truncated back to the committed context).
-  absl::StatusOr<DraftedTree> Draft(const DraftLimits& limits) override;
+  absl::StatusOr<DraftedTree> Draft(const SpecLimits& limits) override;
   // Both as one batcher job.
   absl::StatusOr<DraftedTree> AppendAndDraft(absl::Span<const int32_t> tokens,
-                                             const DraftLimits& limits) override;
+                                             const SpecLimits& limits) override;
 
   int committed_len() const { return committed_len_; }
 
@@ -76,7 +74,7 @@ class DraftModelSession final : public DraftSession {
   // (no tokens, or tokens past the window, which end drafting).
   bool StartAppend(absl::Span<const int32_t> tokens, absl::Status* status);
   // The draft job of this session's shape for `limits`.
-  std::unique_ptr<DraftingJob> NewDraftJob(const DraftLimits& limits);
+  std::unique_ptr<DraftingJob> NewDraftJob(const SpecLimits& limits);
   // The job's tree after it ran with `status` (the job dropped its K/V when it ended).
   absl::StatusOr<DraftedTree> FinishDraft(DraftingJob& job, absl::Status status);
 

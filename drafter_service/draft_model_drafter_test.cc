@@ -54,10 +54,9 @@ class DraftModelDrafterTest : public ::testing::Test {
     config_ = testing::SmallLlamaConfig();  // 2 layers x 128, vocab 512, window 256
     reference_ = MakeLm(config_, 7);
   }
-  std::unique_ptr<DraftModelDrafterFactory> Factory(DraftShape shape, int top_k = 0) {
+  std::unique_ptr<DraftModelDrafterFactory> Factory(DraftShape shape) {
     DraftModelOptions options;
     options.shape = shape;
-    options.top_k = top_k;
     options.append_chunk = 16;  // several chunks for the longer prompts
     return std::make_unique<DraftModelDrafterFactory>(MakeLm(config_, 7), options);
   }
@@ -83,7 +82,7 @@ TEST_F(DraftModelDrafterTest, ChainIsGreedyDecoding) {
   auto session = *factory->NewSession();
   std::vector<int32_t> context = RandomTokens(37, config_.vocab_size, 1);
   ASSERT_TRUE(session->Append(context).ok());
-  DraftedTree tree = *session->Draft(DraftLimits{16, 8});
+  DraftedTree tree = *session->Draft(SpecLimits{16, 8});
   ASSERT_EQ(tree.tokens.size(), 8u);
   for (int d = 0; d < 8; ++d) {
     std::vector<float> lp = CausalLogprobs(*reference_, context);
@@ -95,7 +94,7 @@ TEST_F(DraftModelDrafterTest, ChainIsGreedyDecoding) {
     context.push_back(tree.tokens[d]);
   }
   // Budget smaller than depth: budget wins.
-  EXPECT_EQ(session->Draft(DraftLimits{3, 8})->tokens.size(), 3u);
+  EXPECT_EQ(session->Draft(SpecLimits{3, 8})->tokens.size(), 3u);
 }
 
 // A CandidateSource that asks the reference model lazily: the exact best-first tree over the
@@ -129,11 +128,12 @@ class LazyModelSource final : public CandidateSource {
 
 TEST_F(DraftModelDrafterTest, TreeIsTheExactBestFirstTreeWithTrueLogprobs) {
   for (int top_k : {0, 3}) {
-    auto factory = Factory(DraftShape::kTree, top_k);
+    auto factory = Factory(DraftShape::kTree);
     auto session = *factory->NewSession();
     const std::vector<int32_t> context = RandomTokens(29, config_.vocab_size, 2);
     ASSERT_TRUE(session->Append(context).ok());
-    for (DraftLimits limits : {DraftLimits{16, 8}, DraftLimits{10, 3}, DraftLimits{5, 1}}) {
+    for (SpecLimits limits :
+         {SpecLimits{16, 8, top_k}, SpecLimits{10, 3, top_k}, SpecLimits{5, 1, top_k}}) {
       DraftedTree tree = *session->Draft(limits);
       ASSERT_TRUE(
           ValidateDraftedTree(tree, config_.vocab_size, limits.tree_budget, limits.max_depth).ok());
@@ -160,7 +160,7 @@ TEST_F(DraftModelDrafterTest, CappedExpansionStillGivesTrueLogprobs) {
   const std::vector<int32_t> context = RandomTokens(25, config_.vocab_size, 9);
   std::unique_ptr<DraftSession> session = OpenWith({.max_expand_per_depth = 2}, context);
   ASSERT_TRUE(session);
-  DraftedTree tree = *session->Draft(DraftLimits{16, 8});
+  DraftedTree tree = *session->Draft(SpecLimits{16, 8});
   ASSERT_TRUE(ValidateDraftedTree(tree, config_.vocab_size, 16, 8).ok());
   EXPECT_EQ(tree.tokens.size(), 16u);
   std::vector<std::vector<int32_t>> paths = DraftedPaths(tree);
@@ -186,7 +186,7 @@ TEST_F(DraftModelDrafterTest, AppendAfterDraftContinuesCorrectly) {
     std::vector<int32_t> context = RandomTokens(40, config_.vocab_size, 3);
     ASSERT_TRUE(session->Append(context).ok());
     for (int step = 0; step < 5; ++step) {
-      DraftedTree tree = *session->Draft(DraftLimits{12, 6});
+      DraftedTree tree = *session->Draft(SpecLimits{12, 6});
       ASSERT_FALSE(tree.tokens.empty());
       // Accept the first drafted token (if the step is even) plus a new bonus.
       std::vector<int32_t> emitted;
@@ -200,8 +200,8 @@ TEST_F(DraftModelDrafterTest, AppendAfterDraftContinuesCorrectly) {
     // A fresh session given the whole context at once drafts the very same tree.
     auto fresh = *factory->NewSession();
     ASSERT_TRUE(fresh->Append(context).ok());
-    DraftedTree a = *session->Draft(DraftLimits{12, 6});
-    DraftedTree b = *fresh->Draft(DraftLimits{12, 6});
+    DraftedTree a = *session->Draft(SpecLimits{12, 6});
+    DraftedTree b = *fresh->Draft(SpecLimits{12, 6});
     EXPECT_EQ(a.tokens, b.tokens);
     EXPECT_EQ(a.parents, b.parents);
     EXPECT_EQ(a.logprobs, b.logprobs);
@@ -211,13 +211,13 @@ TEST_F(DraftModelDrafterTest, AppendAfterDraftContinuesCorrectly) {
 TEST_F(DraftModelDrafterTest, LimitsEmptyContextAndBadTokens) {
   auto factory = Factory(DraftShape::kTree);
   auto session = *factory->NewSession();
-  EXPECT_THAT(session->Draft(DraftLimits{16, 8})->tokens, IsEmpty());  // nothing appended
+  EXPECT_THAT(session->Draft(SpecLimits{16, 8})->tokens, IsEmpty());  // nothing appended
   ASSERT_TRUE(session->Append(RandomTokens(10, config_.vocab_size, 4)).ok());
-  EXPECT_THAT(session->Draft(DraftLimits{0, 8})->tokens, IsEmpty());
-  DraftedTree flat = *session->Draft(DraftLimits{7, 1});
+  EXPECT_THAT(session->Draft(SpecLimits{0, 8})->tokens, IsEmpty());
+  DraftedTree flat = *session->Draft(SpecLimits{7, 1});
   EXPECT_EQ(flat.tokens.size(), 7u);
   for (int32_t p : flat.parents) EXPECT_EQ(p, -1);
-  EXPECT_EQ(session->Draft(DraftLimits{1, 8})->tokens.size(), 1u);
+  EXPECT_EQ(session->Draft(SpecLimits{1, 8})->tokens.size(), 1u);
 
   absl::Status bad = session->Append(std::vector<int32_t>{3, config_.vocab_size});
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
@@ -228,14 +228,14 @@ TEST_F(DraftModelDrafterTest, MaxTopKCapsTheChildrenOfTheBonus) {
   const std::vector<int32_t> context = RandomTokens(21, config_.vocab_size, 8);
   std::unique_ptr<DraftSession> session = OpenWith({.max_top_k = 2}, context);
   ASSERT_TRUE(session);
-  const DraftedTree flat = *session->Draft(DraftLimits{16, 1});
+  const DraftedTree flat = *session->Draft(SpecLimits{16, 1});
   const std::vector<Candidate> best =
       PerDepthCandidates::TopK(CausalLogprobs(*reference_, context), 2);
   ASSERT_EQ(flat.tokens.size(), 2u);  // the budget asks for 16
   EXPECT_EQ(flat.tokens[0], best[0].token);
   EXPECT_EQ(flat.tokens[1], best[1].token);
   // Deeper levels are not capped: every node's children come from a forward of its own.
-  const DraftedTree deep = *session->Draft(DraftLimits{16, 8});
+  const DraftedTree deep = *session->Draft(SpecLimits{16, 8});
   EXPECT_EQ(deep.tokens.size(), 16u);
   int roots = 0;
   for (int32_t p : deep.parents) roots += p == -1;
@@ -248,13 +248,13 @@ TEST_F(DraftModelDrafterTest, ContextWindowEndsDraftingGracefully) {
   const int window = config_.max_position_embeddings;
   ASSERT_TRUE(session->Append(RandomTokens(window - 3, config_.vocab_size, 5)).ok());
   // Nodes above the deepest level must fit in the window: depth <= window - L + 1 = 4.
-  DraftedTree tree = *session->Draft(DraftLimits{16, 8});
+  DraftedTree tree = *session->Draft(SpecLimits{16, 8});
   EXPECT_TRUE(ValidateDraftedTree(tree, config_.vocab_size, 16, 4).ok());
   ASSERT_TRUE(session->Append(RandomTokens(3, config_.vocab_size, 6)).ok());  // exactly full
   EXPECT_TRUE(
-      ValidateDraftedTree(*session->Draft(DraftLimits{16, 8}), config_.vocab_size, 16, 1).ok());
+      ValidateDraftedTree(*session->Draft(SpecLimits{16, 8}), config_.vocab_size, 16, 1).ok());
   ASSERT_TRUE(session->Append(RandomTokens(2, config_.vocab_size, 7)).ok());  // beyond
-  EXPECT_THAT(session->Draft(DraftLimits{16, 8})->tokens, IsEmpty());
+  EXPECT_THAT(session->Draft(SpecLimits{16, 8})->tokens, IsEmpty());
 }
 
 TEST_F(DraftModelDrafterTest, ConcurrentSessionsShareTheModel) {
@@ -264,14 +264,14 @@ TEST_F(DraftModelDrafterTest, ConcurrentSessionsShareTheModel) {
   for (int t = 0; t < kThreads; ++t) {
     auto session = *factory->NewSession();
     session->Append(RandomTokens(30 + t, config_.vocab_size, 10 + t)).IgnoreError();
-    want[t] = session->Draft(DraftLimits{16, 8})->tokens;
+    want[t] = session->Draft(SpecLimits{16, 8})->tokens;
   }
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       auto session = *factory->NewSession();
       session->Append(RandomTokens(30 + t, config_.vocab_size, 10 + t)).IgnoreError();
-      for (int i = 0; i < 3; ++i) got[t] = session->Draft(DraftLimits{16, 8})->tokens;
+      for (int i = 0; i < 3; ++i) got[t] = session->Draft(SpecLimits{16, 8})->tokens;
     });
   }
   for (std::thread& th : threads) th.join();

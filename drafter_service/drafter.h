@@ -7,14 +7,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/tree/spec_limits.h"
 #include "common/tree/token_tree.h"
 
 namespace treespec {
-
-struct DraftLimits {
-  int tree_budget = 16;  // drafted nodes (bonus excluded)
-  int max_depth = 8;     // deepest drafted node
-};
 
 class DraftSession {
  public:
@@ -23,12 +19,13 @@ class DraftSession {
   // tokens the verifier emitted, the last of which is the pending bonus token.
   virtual absl::Status Append(absl::Span<const int32_t> tokens) = 0;
   // Drafts continuations after the last appended token (the bonus), at most
-  // limits.tree_budget nodes and limits.max_depth deep. May be empty.
-  virtual absl::StatusOr<DraftedTree> Draft(const DraftLimits& limits) = 0;
+  // limits.tree_budget nodes and limits.max_depth deep, ranking limits.top_k candidates per
+  // expanded node where the drafter ranks any (0 = the tree budget). May be empty.
+  virtual absl::StatusOr<DraftedTree> Draft(const SpecLimits& limits) = 0;
   // Append(tokens), then Draft(limits), in one call: a drafter that batches its sessions' model
   // work (DraftBatcher) runs both as one job, without a round trip between them.
   virtual absl::StatusOr<DraftedTree> AppendAndDraft(absl::Span<const int32_t> tokens,
-                                                     const DraftLimits& limits) {
+                                                     const SpecLimits& limits) {
     if (absl::Status s = Append(tokens); !s.ok()) return s;
     return Draft(limits);
   }

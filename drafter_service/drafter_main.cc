@@ -42,9 +42,15 @@ ABSL_FLAG(std::string, tree_mode, "tree", "draft-model tree shape: tree or chain
 ABSL_FLAG(int, expand_per_depth, 0,
           "draft-model tree mode: most nodes expanded per depth; 0 = exact best-first tree "
           "(a CPU drafter may want 4)");
-ABSL_FLAG(int, tree_budget, 16, "default drafted nodes per tree (bonus excluded)");
-ABSL_FLAG(int, max_depth, 8, "default deepest drafted node");
-ABSL_FLAG(int, max_tree_budget, 256, "largest tree_budget a session may ask for");
+ABSL_FLAG(int, tree_budget, 16,
+          "drafted nodes per tree (bonus excluded) for a session that asks for none");
+ABSL_FLAG(int, max_depth, 8, "deepest drafted node for a session that asks for none");
+ABSL_FLAG(int, max_tree_budget, 256,
+          "largest tree a session runs with (a session asking more gets this many); the "
+          "verifiers learn it and refuse requests above the largest of their drafters'");
+ABSL_FLAG(int, top_k, 0,
+          "draft-model tree mode: children ranked per expanded node; 0 = the tree budget (at "
+          "most --max_tree_budget)");
 ABSL_FLAG(int, threads, 0,
           "drafting threads; 0 = min(4, cores), or with --draft_model at least --max_sessions "
           "(a session's task waits while its forwards run batched with the others')");
@@ -126,9 +132,10 @@ absl::Status Run() {
         absl::StrCat("--max_message_bytes=", max_message_bytes, ": must be >= 1"));
   }
   DrafterServiceOptions options;
-  options.default_tree_budget = absl::GetFlag(FLAGS_tree_budget);
-  options.default_max_depth = absl::GetFlag(FLAGS_max_depth);
-  options.max_tree_budget = absl::GetFlag(FLAGS_max_tree_budget);
+  options.spec.defaults = {absl::GetFlag(FLAGS_tree_budget), absl::GetFlag(FLAGS_max_depth),
+                           absl::GetFlag(FLAGS_top_k)};
+  const int max_tree_budget = absl::GetFlag(FLAGS_max_tree_budget);
+  options.spec.max = {max_tree_budget, kSpecCeiling.max_depth, max_tree_budget};
   options.vocab_size = absl::GetFlag(FLAGS_vocab_size);
   options.worker_threads = absl::GetFlag(FLAGS_threads);
   options.session_idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_session_idle_timeout_s));
@@ -162,7 +169,8 @@ absl::Status Run() {
           absl::StrCat("--tree_mode must be tree or chain, got '", shape, "'"));
     }
     model_options.max_expand_per_depth = absl::GetFlag(FLAGS_expand_per_depth);
-    model_options.max_top_k = options.max_tree_budget;  // children of the bonus, at most
+    // Children of the bonus, at most: a session's top_k (or, unset, its tree budget).
+    model_options.max_top_k = std::max(options.spec.max.tree_budget, options.spec.max.top_k);
     if (model_options.max_expand_per_depth < 0) {
       return absl::InvalidArgumentError("--expand_per_depth must be >= 0");
     }
@@ -234,10 +242,11 @@ absl::Status Run() {
   }
   std::printf("treespec-drafter listening on %s:%d\n", host.c_str(), port);
   std::fflush(stdout);
-  TS_LOG(kInfo, "serving: default mode %s, %d drafting threads, budget %d (max %d), depth %d",
+  TS_LOG(kInfo, "serving as %s: default mode %s, %d drafting threads, defaults %s, maxima %s",
+         service.info().drafter_id(),
          options.default_kind == DrafterKind::kNgram ? "ngram" : "draft_model",
-         options.worker_threads, options.default_tree_budget, options.max_tree_budget,
-         options.default_max_depth);
+         options.worker_threads, SpecLimitsString(options.spec.defaults),
+         SpecLimitsString(options.spec.max));
 
   const int signal = WaitForShutdownSignal();
   Drain(*server, service, signal, absl::Seconds(drain_seconds));

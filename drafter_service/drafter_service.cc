@@ -1,16 +1,21 @@
 #include "drafter_service/drafter_service.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <deque>
 #include <limits>
 #include <mutex>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/rpc/spec_limits_proto.h"
 #include "common/rpc/status_conversion.h"
 #include "common/tree/token_tree.h"
 #include "common/util/log.h"
@@ -42,14 +47,34 @@ absl::Status CheckTokens(const google::protobuf::RepeatedField<int32_t>& tokens,
   return absl::OkStatus();
 }
 
-// 0 = the server default; otherwise [1, max].
-absl::StatusOr<int> ResolveLimit(int requested, int default_value, int max, const char* name) {
-  if (requested == 0) return default_value;
-  if (requested < 0 || requested > max) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " ", requested, " out of range [0, ", max,
-                                                   "] (0 = server default ", default_value, ")"));
+v1::SpeculationMode ModeOf(DrafterKind kind) {
+  switch (kind) {
+    case DrafterKind::kNgram:
+      return v1::SPECULATION_MODE_NGRAM;
+    case DrafterKind::kDraftModel:
+      return v1::SPECULATION_MODE_DRAFT_MODEL;
   }
-  return requested;
+  return v1::SPECULATION_MODE_AUTO;
+}
+
+// Host name and a number drawn now: a restarted drafter on the same host is a new drafter.
+std::string NewDrafterId() {
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) std::snprintf(host, sizeof(host), "drafter");
+  std::random_device random;
+  const uint64_t nonce = (uint64_t{random()} << 32) | random();
+  return absl::StrCat(host, "-", absl::Hex(nonce, absl::kZeroPad16));
+}
+
+v1::DrafterInfo MakeInfo(const DrafterServiceOptions& options, bool have_draft_model) {
+  v1::DrafterInfo info;
+  info.set_drafter_id(NewDrafterId());
+  ToProto(options.spec.defaults, info.mutable_defaults());
+  ToProto(options.spec.max, info.mutable_max());
+  info.add_modes(v1::SPECULATION_MODE_NGRAM);
+  if (have_draft_model) info.add_modes(v1::SPECULATION_MODE_DRAFT_MODEL);
+  info.set_default_mode(ModeOf(options.default_kind));
+  return info;
 }
 
 }  // namespace
@@ -62,23 +87,7 @@ absl::Status ValidateDrafterServiceOptions(const DrafterServiceOptions& options,
         "--default_mode=draft_model needs a draft model: pass --draft_model=DIR or use "
         "--default_mode=ngram");
   }
-  if (options.max_tree_budget < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--max_tree_budget must be >= 1, got ", options.max_tree_budget));
-  }
-  if (options.default_tree_budget < 1 || options.default_tree_budget > options.max_tree_budget) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--tree_budget must be in [1, --max_tree_budget=", options.max_tree_budget,
-                     "], got ", options.default_tree_budget));
-  }
-  if (options.max_depth_limit < 1) {
-    return absl::InvalidArgumentError("max_depth_limit must be >= 1");
-  }
-  if (options.default_max_depth < 1 || options.default_max_depth > options.max_depth_limit) {
-    return absl::InvalidArgumentError(absl::StrCat("--max_depth must be in [1, ",
-                                                   options.max_depth_limit, "], got ",
-                                                   options.default_max_depth));
-  }
+  if (absl::Status s = ValidateSpecBounds(options.spec); !s.ok()) return s;
   if (options.vocab_size < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--vocab_size must be >= 0, got ", options.vocab_size));
@@ -257,17 +266,26 @@ class DrafterService::SessionReactor final
           "mode DRAFT_MODEL needs a draft model, but this drafter was started without "
           "--draft_model; use NGRAM or restart the drafter with --draft_model=DIR");
     }
-    absl::StatusOr<int> budget = ResolveLimit(open.tree_budget(), options.default_tree_budget,
-                                              options.max_tree_budget, "tree_budget");
-    if (!budget.ok()) return budget.status();
-    absl::StatusOr<int> depth = ResolveLimit(open.max_depth(), options.default_max_depth,
-                                             options.max_depth_limit, "max_depth");
-    if (!depth.ok()) return depth.status();
-    limits_ = DraftLimits{*budget, *depth};
+    const SpecLimits asked{open.tree_budget(), open.max_depth(), open.top_k()};
+    if (asked.tree_budget < 0 || asked.max_depth < 0 || asked.top_k < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "open: limits must be >= 0 (0 = the drafter's default); got ", SpecLimitsString(asked)));
+    }
+    // More than this drafter serves runs at its maxima, and DraftOpened says so: the verifier
+    // chose the request's limits from its whole pool, and a session on a smaller drafter still
+    // speculates rather than failing.
+    absl::StatusOr<SpecLimits> limits =
+        ResolveSpecLimits(ClampSpecLimits(asked, options.spec.max), options.spec, "open.");
+    if (!limits.ok()) return limits.status();
+    limits_ = *limits;
     absl::Status status = CheckTokens(open.prompt_ids(), options.vocab_size, "prompt");
     if (!status.ok()) return status;
     opened_ = true;
     queue_.push_back(Work{true, 0, {open.prompt_ids().begin(), open.prompt_ids().end()}});
+    v1::DraftResponse opened;
+    ToProto(limits_, opened.mutable_opened()->mutable_limits());
+    *opened.mutable_opened()->mutable_drafter() = service_->info_;
+    writes_.push_back(std::move(opened));
     return absl::OkStatus();
   }
 
@@ -412,7 +430,7 @@ class DrafterService::SessionReactor final
   std::string request_id_;
   DrafterKind kind_ = DrafterKind::kNgram;
   DrafterFactory* factory_ = nullptr;
-  DraftLimits limits_;
+  SpecLimits limits_;
 
   // Touched only by the serial tasks (and OnDone after them).
   std::unique_ptr<DraftSession> session_;
@@ -428,6 +446,7 @@ DrafterService::DrafterService(const DrafterServiceOptions& options,
     : options_(options),
       ngram_(std::move(ngram)),
       draft_model_(std::move(draft_model)),
+      info_(MakeInfo(options_, draft_model_ != nullptr)),
       metrics_(metrics),
       pool_(options.worker_threads) {
   if (options_.session_idle_timeout > absl::ZeroDuration()) {
@@ -459,6 +478,15 @@ void DrafterService::ReapIdleSessions() {
 grpc::ServerBidiReactor<v1::DraftRequest, v1::DraftResponse>* DrafterService::Draft(
     grpc::CallbackServerContext* /*context*/) {
   return new SessionReactor(this);
+}
+
+grpc::ServerUnaryReactor* DrafterService::GetInfo(grpc::CallbackServerContext* context,
+                                                  const v1::DrafterInfoRequest* /*request*/,
+                                                  v1::DrafterInfo* info) {
+  *info = info_;
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
 }
 
 }  // namespace treespec

@@ -1,6 +1,8 @@
 // The Drafter gRPC service (DESIGN §2): one bidi stream per request. The first message opens a
-// session (prompt, mode, limits); every Commit appends tokens and is answered by the DraftTree
-// for its step. Proto types stop here; drafters see only DraftSession.
+// session (prompt, mode, limits), answered by DraftOpened (the limits the session runs under:
+// the asked ones clamped to this drafter's maxima); every Commit appends tokens and is answered
+// by the DraftTree for its step. GetInfo states the drafter's limits and kinds. Proto types
+// stop here; drafters see only DraftSession.
 //
 // Drafting runs on a WorkerPool, never on gRPC's callback threads; each session's work is
 // serial (at most one task of a session queued or running), so sessions take turns.
@@ -19,6 +21,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/tree/spec_limits.h"
 #include "drafter_service/drafter.h"
 #include "drafter_service/drafter_metrics.h"
 #include "drafter_service/worker_pool.h"
@@ -30,10 +33,9 @@ enum class DrafterKind { kNgram, kDraftModel };
 
 struct DrafterServiceOptions {
   DrafterKind default_kind = DrafterKind::kNgram;  // what SPECULATION_MODE_AUTO gets
-  int default_tree_budget = 16;                    // for tree_budget = 0
-  int default_max_depth = 8;                       // for max_depth = 0
-  int max_tree_budget = 256;                       // larger requests are INVALID_ARGUMENT
-  int max_depth_limit = 64;                        // larger requests are INVALID_ARGUMENT
+  // Defaults fill a DraftOpen's unset (0) limits; a session asking more than the maxima runs
+  // at the maxima (its DraftOpened says so). The verifiers learn these through GetInfo.
+  SpecBounds spec;
   int vocab_size = 0;      // token ids must be in [0, vocab_size); 0 = only >= 0
   int worker_threads = 2;  // drafting threads
   // A session whose verifier has sent nothing for this long (and that is not drafting) is
@@ -43,7 +45,7 @@ struct DrafterServiceOptions {
 };
 
 // Checks that the options are consistent with the drafters given (the message names the
-// option), e.g. the default kind has a drafter and defaults are within the maxima.
+// option), e.g. the default kind has a drafter and the limits pass ValidateSpecBounds.
 absl::Status ValidateDrafterServiceOptions(const DrafterServiceOptions& options, bool have_ngram,
                                            bool have_draft_model);
 
@@ -60,6 +62,12 @@ class DrafterService final : public v1::Drafter::CallbackService {
 
   grpc::ServerBidiReactor<v1::DraftRequest, v1::DraftResponse>* Draft(
       grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* context,
+                                    const v1::DrafterInfoRequest* request,
+                                    v1::DrafterInfo* info) override;
+
+  // What GetInfo answers and every DraftOpened carries: this process's id, limits and kinds.
+  const v1::DrafterInfo& info() const { return info_; }
 
   int active_sessions() const { return active_sessions_.load(); }
   int64_t total_sessions() const { return total_sessions_.load(); }
@@ -73,6 +81,7 @@ class DrafterService final : public v1::Drafter::CallbackService {
   const DrafterServiceOptions options_;
   const std::unique_ptr<DrafterFactory> ngram_;
   const std::unique_ptr<DrafterFactory> draft_model_;
+  const v1::DrafterInfo info_;
   DrafterMetrics* const metrics_;  // may be null
   std::atomic<int> active_sessions_{0};
   std::atomic<int64_t> total_sessions_{0};

@@ -12,6 +12,7 @@
 
 #include "common/model/cpu_causal_lm.h"
 #include "common/model/cpu_test_util.h"
+#include "common/rpc/spec_limits_proto.h"
 #include "drafter_service/draft_model_drafter.h"
 #include "drafter_service/ngram_drafter.h"
 #include "gmock/gmock.h"
@@ -21,6 +22,7 @@
 namespace treespec {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using Stream = grpc::ClientReaderWriter<v1::DraftRequest, v1::DraftResponse>;
@@ -91,7 +93,8 @@ class DrafterServiceTest : public ::testing::Test {
     return r;
   }
 
-  // Sends `first` (and then `second` if given) and returns the status the stream ends with.
+  // Sends `first` (and then `second` if given) and returns the status the stream ends with;
+  // no tree comes (a DraftOpened may, when `first` was a good open).
   grpc::Status ExpectFailure(const v1::DraftRequest& first,
                              const v1::DraftRequest* second = nullptr) {
     grpc::ClientContext ctx;
@@ -99,9 +102,20 @@ class DrafterServiceTest : public ::testing::Test {
     stream->Write(first);
     if (second != nullptr) stream->Write(*second);
     v1::DraftResponse response;
-    EXPECT_FALSE(stream->Read(&response));
+    while (stream->Read(&response)) {
+      EXPECT_EQ(response.kind_case(), v1::DraftResponse::kOpened);
+    }
     return stream->Finish();
   }
+
+  // Reads a session's first response, which states the limits it runs under.
+  static v1::DraftOpened ReadOpened(Stream* stream) {
+    v1::DraftResponse response;
+    EXPECT_TRUE(stream->Read(&response));
+    EXPECT_EQ(response.kind_case(), v1::DraftResponse::kOpened);
+    return response.opened();
+  }
+
 
   DrafterMetrics metrics_;  // before service_: outlives it
   std::unique_ptr<DrafterService> service_;
@@ -128,6 +142,11 @@ TEST_F(DrafterServiceTest, OpenCommitTreeRoundTripWithNgram) {
   grpc::ClientContext ctx;
   std::unique_ptr<Stream> stream = stub_->Draft(&ctx);
   ASSERT_TRUE(stream->Write(Open(prompt, v1::SPECULATION_MODE_NGRAM, 12, 5)));
+  const v1::DraftOpened opened = ReadOpened(stream.get());
+  EXPECT_EQ(FromProto(opened.limits()), (SpecLimits{12, 5, 0}));
+  EXPECT_EQ(opened.drafter().drafter_id(), service_->info().drafter_id());
+  EXPECT_FALSE(opened.drafter().drafter_id().empty());
+  EXPECT_EQ(FromProto(opened.drafter().max()), (SpecLimits{256, 64, 256}));
   std::mt19937 rng(5);
   for (int step = 0; step < 10; ++step) {
     // Alternate accepted runs that follow the pattern with a surprise token.
@@ -137,7 +156,7 @@ TEST_F(DrafterServiceTest, OpenCommitTreeRoundTripWithNgram) {
     v1::DraftResponse response;
     ASSERT_TRUE(stream->Read(&response));
     ASSERT_TRUE(reference.Append(tokens).ok());
-    DraftedTree want = *reference.Draft(DraftLimits{12, 5});
+    DraftedTree want = *reference.Draft(SpecLimits{12, 5});
     EXPECT_EQ(response.tree().step(), step);
     EXPECT_THAT(response.tree().tokens(), ElementsAreArray(want.tokens));
     EXPECT_THAT(response.tree().parents(), ElementsAreArray(want.parents));
@@ -179,10 +198,11 @@ TEST_F(DrafterServiceTest, AutoUsesDefaultsAndHalfCloseFlushesPendingCommits) {
   v1::DraftResponse response;
   while (stream->Read(&response)) responses.push_back(response);
   EXPECT_TRUE(stream->Finish().ok());
-  ASSERT_EQ(responses.size(), 3u);
-  for (int step = 0; step < 3; ++step) EXPECT_EQ(responses[step].tree().step(), step);
+  ASSERT_EQ(responses.size(), 4u);
   // Default limits: budget 16, depth 8; one repeating phrase: a chain of 8.
-  EXPECT_EQ(responses[2].tree().tokens_size(), 8);
+  EXPECT_EQ(FromProto(responses[0].opened().limits()), (SpecLimits{16, 8, 0}));
+  for (int step = 0; step < 3; ++step) EXPECT_EQ(responses[step + 1].tree().step(), step);
+  EXPECT_EQ(responses[3].tree().tokens_size(), 8);
 }
 
 TEST_F(DrafterServiceTest, FirstMessageMustBeOpen) {
@@ -211,14 +231,42 @@ TEST_F(DrafterServiceTest, BadModesGetClearStatuses) {
   EXPECT_THAT(status.error_message(), HasSubstr("unknown speculation mode 42"));
 }
 
+// A session asking more than the drafter serves runs at its maxima, and says so; GetInfo
+// states the same maxima and the kinds served.
+TEST_F(DrafterServiceTest, LimitsAboveTheMaximaAreServedAtTheMaximaAndStated) {
+  Start(true);
+  grpc::ClientContext info_ctx;
+  v1::DrafterInfo info;
+  ASSERT_TRUE(stub_->GetInfo(&info_ctx, v1::DrafterInfoRequest(), &info).ok());
+  EXPECT_EQ(FromProto(info.defaults()), (SpecLimits{16, 8, 0}));
+  EXPECT_EQ(FromProto(info.max()), (SpecLimits{256, 64, 256}));
+  EXPECT_THAT(info.modes(),
+              ElementsAre(v1::SPECULATION_MODE_NGRAM, v1::SPECULATION_MODE_DRAFT_MODEL));
+  EXPECT_EQ(info.drafter_id(), service_->info().drafter_id());
+
+  const std::vector<int32_t> prompt = Repetitive(30, 9);
+  grpc::ClientContext ctx;
+  std::unique_ptr<Stream> stream = stub_->Draft(&ctx);
+  v1::DraftRequest open = Open(prompt, v1::SPECULATION_MODE_NGRAM, 1000, 0);
+  open.mutable_open()->set_top_k(5000);
+  ASSERT_TRUE(stream->Write(open));
+  EXPECT_EQ(FromProto(ReadOpened(stream.get()).limits()), (SpecLimits{256, 8, 256}));
+  ASSERT_TRUE(stream->Write(Commit(0, {prompt[30 % 7]})));
+  v1::DraftResponse response;
+  ASSERT_TRUE(stream->Read(&response));
+  EXPECT_EQ(response.tree().step(), 0);
+  EXPECT_GT(response.tree().tokens_size(), 0);
+  ASSERT_TRUE(stream->WritesDone());
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
 TEST_F(DrafterServiceTest, BadLimitsAndTokenIds) {
   Start(false);
-  grpc::Status status = ExpectFailure(Open({1, 2}, v1::SPECULATION_MODE_NGRAM, 1000, 0));
+  grpc::Status status = ExpectFailure(Open({1, 2}, v1::SPECULATION_MODE_NGRAM, 0, -1));
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(status.error_message(), HasSubstr("tree_budget 1000 out of range [0, 256]"));
-  status = ExpectFailure(Open({1, 2}, v1::SPECULATION_MODE_NGRAM, 0, -1));
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(status.error_message(), HasSubstr("max_depth -1 out of range [0, 64]"));
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("limits must be >= 0 (0 = the drafter's default); got tree_budget unset, "
+                        "max_depth -1"));
 
   status = ExpectFailure(Open({1, 2, 5000}));
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -254,6 +302,8 @@ TEST_F(DrafterServiceTest, ConcurrentSessions) {
       grpc::ClientContext ctx;
       std::unique_ptr<Stream> stream = stub_->Draft(&ctx);
       stream->Write(Open(prompt, v1::SPECULATION_MODE_NGRAM, 16, 8));
+      v1::DraftResponse opened;
+      if (!stream->Read(&opened) || !opened.has_opened()) return;
       int bad = 0;
       std::mt19937 rng(s);
       for (int step = 0; step < kSteps; ++step) {
@@ -262,7 +312,7 @@ TEST_F(DrafterServiceTest, ConcurrentSessions) {
         v1::DraftResponse response;
         if (!stream->Read(&response)) return;
         reference.Append(tokens).IgnoreError();
-        DraftedTree want = *reference.Draft(DraftLimits{16, 8});
+        DraftedTree want = *reference.Draft(SpecLimits{16, 8});
         if (response.tree().step() != step ||
             std::vector<int32_t>(response.tree().tokens().begin(),
                                  response.tree().tokens().end()) != want.tokens) {
@@ -299,6 +349,7 @@ TEST_F(DrafterServiceTest, DraftModelRoundTrip) {
   grpc::ClientContext ctx;
   std::unique_ptr<Stream> stream = stub_->Draft(&ctx);
   ASSERT_TRUE(stream->Write(Open(prompt, v1::SPECULATION_MODE_AUTO, 10, 4)));
+  EXPECT_EQ(FromProto(ReadOpened(stream.get()).limits()), (SpecLimits{10, 4, 0}));
   for (int step = 0; step < 4; ++step) {
     ASSERT_TRUE(stream->Write(Commit(step, {static_cast<int32_t>(step * 7 % kVocab), 5})));
     v1::DraftResponse response;
@@ -336,12 +387,14 @@ TEST_F(DrafterServiceTest, SilentVerifierSessionIsReapedAfterTheIdleTimeout) {
   grpc::ClientContext silent_ctx;
   std::unique_ptr<Stream> silent = stub_->Draft(&silent_ctx);
   ASSERT_TRUE(silent->Write(Open(prompt)));
+  ReadOpened(silent.get());
   ASSERT_TRUE(silent->Write(Commit(0, {prompt[2]})));
   ASSERT_TRUE(silent->Read(&response));
 
   grpc::ClientContext busy_ctx;
   std::unique_ptr<Stream> busy = stub_->Draft(&busy_ctx);
   ASSERT_TRUE(busy->Write(Open(prompt)));
+  ReadOpened(busy.get());
   ASSERT_TRUE(busy->Write(Commit(0, {prompt[0]})));
   ASSERT_TRUE(busy->Read(&response));  // both sessions are open on the server now
   const auto start = std::chrono::steady_clock::now();

@@ -114,7 +114,7 @@ absl::Status NgramDraftSession::Append(absl::Span<const int32_t> tokens) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<DraftedTree> NgramDraftSession::Draft(const DraftLimits& limits) {
+absl::StatusOr<DraftedTree> NgramDraftSession::Draft(const SpecLimits& limits) {
   const int64_t size = static_cast<int64_t>(context_.size());
   if (limits.tree_budget <= 0 || limits.max_depth <= 0) return DraftedTree{};
 

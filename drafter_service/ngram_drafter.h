@@ -34,7 +34,7 @@ class NgramDraftSession final : public DraftSession {
   // Trie of the continuations that followed the most recent occurrences of the longest
   // matching suffix: p(child | node) = count(child) / count(node), ranked by count, then by
   // recency. Empty when no suffix of length >= min_ngram occurred before.
-  absl::StatusOr<DraftedTree> Draft(const DraftLimits& limits) override;
+  absl::StatusOr<DraftedTree> Draft(const SpecLimits& limits) override;
 
   int64_t context_size() const { return static_cast<int64_t>(context_.size()); }
 

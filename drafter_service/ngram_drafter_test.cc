@@ -15,7 +15,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 
-DraftedTree DraftAfter(const std::vector<int32_t>& context, DraftLimits limits,
+DraftedTree DraftAfter(const std::vector<int32_t>& context, SpecLimits limits,
                        NgramOptions options = {}) {
   NgramDraftSession session(options);
   EXPECT_TRUE(session.Append(context).ok());
@@ -27,18 +27,18 @@ DraftedTree DraftAfter(const std::vector<int32_t>& context, DraftLimits limits,
 TEST(NgramDrafterTest, RepetitiveTextGivesTheChain) {
   // "1 2 3" occurred once before, followed by 4 5 1 2 3.
   // Past the end of the context the copy repeats with period 5.
-  DraftedTree tree = DraftAfter({1, 2, 3, 4, 5, 1, 2, 3}, DraftLimits{16, 8});
+  DraftedTree tree = DraftAfter({1, 2, 3, 4, 5, 1, 2, 3}, SpecLimits{16, 8});
   EXPECT_THAT(tree.tokens, ElementsAre(4, 5, 1, 2, 3, 4, 5, 1));
   EXPECT_THAT(tree.parents, ElementsAre(-1, 0, 1, 2, 3, 4, 5, 6));
   EXPECT_THAT(tree.logprobs, ElementsAre(0, 0, 0, 0, 0, 0, 0, 0));  // one occurrence: certain
   // Depth limit.
-  tree = DraftAfter({1, 2, 3, 4, 5, 1, 2, 3}, DraftLimits{16, 2});
+  tree = DraftAfter({1, 2, 3, 4, 5, 1, 2, 3}, SpecLimits{16, 2});
   EXPECT_THAT(tree.tokens, ElementsAre(4, 5));
 }
 
 TEST(NgramDrafterTest, PeriodicTextOverlapsItsOwnSuffix) {
   // a b a b a b: the continuation may run into the matched suffix itself.
-  DraftedTree tree = DraftAfter({7, 8, 7, 8, 7, 8}, DraftLimits{4, 4});
+  DraftedTree tree = DraftAfter({7, 8, 7, 8, 7, 8}, SpecLimits{4, 4});
   EXPECT_THAT(tree.tokens, ElementsAre(7, 8, 7, 8));
   EXPECT_THAT(tree.parents, ElementsAre(-1, 0, 1, 2));
 }
@@ -46,7 +46,7 @@ TEST(NgramDrafterTest, PeriodicTextOverlapsItsOwnSuffix) {
 TEST(NgramDrafterTest, BranchesWhereContinuationsDiffer) {
   // "1 2" was followed by 3 (twice) and 4 (once); after "1 2 3" came 9 and, more recently, 8.
   const std::vector<int32_t> context = {1, 2, 3, 9, 1, 2, 4, 9, 1, 2, 3, 8, 1, 2};
-  DraftedTree tree = DraftAfter(context, DraftLimits{16, 2});
+  DraftedTree tree = DraftAfter(context, SpecLimits{16, 2});
   ASSERT_GE(tree.tokens.size(), 4u);
   EXPECT_EQ(tree.tokens[0], 3);
   EXPECT_EQ(tree.parents[0], -1);
@@ -70,23 +70,23 @@ TEST(NgramDrafterTest, BranchesWhereContinuationsDiffer) {
 
 TEST(NgramDrafterTest, PrefersTheLongestMatchingSuffix) {
   // Suffix "5 6": the 2-gram occurred once (then 7); the 1-gram "6" also preceded 9 later.
-  DraftedTree tree = DraftAfter({5, 6, 7, 1, 6, 9, 2, 5, 6}, DraftLimits{8, 1});
+  DraftedTree tree = DraftAfter({5, 6, 7, 1, 6, 9, 2, 5, 6}, SpecLimits{8, 1});
   EXPECT_THAT(tree.tokens, ElementsAre(7));
   // max_ngram 1: only "6" counts; both continuations, the most recent (9) ranked first.
   NgramOptions unigram;
   unigram.max_ngram = 1;
-  tree = DraftAfter({5, 6, 7, 1, 6, 9, 2, 5, 6}, DraftLimits{8, 1}, unigram);
+  tree = DraftAfter({5, 6, 7, 1, 6, 9, 2, 5, 6}, SpecLimits{8, 1}, unigram);
   EXPECT_THAT(tree.tokens, ElementsAre(9, 7));
 }
 
 TEST(NgramDrafterTest, EmptyTreeWhenNothingMatches) {
-  EXPECT_THAT(DraftAfter({}, DraftLimits{16, 8}).tokens, IsEmpty());
-  EXPECT_THAT(DraftAfter({4}, DraftLimits{16, 8}).tokens, IsEmpty());
-  EXPECT_THAT(DraftAfter({1, 2, 3, 4}, DraftLimits{16, 8}).tokens, IsEmpty());
-  EXPECT_THAT(DraftAfter({1, 2, 1, 2}, DraftLimits{0, 8}).tokens, IsEmpty());
+  EXPECT_THAT(DraftAfter({}, SpecLimits{16, 8}).tokens, IsEmpty());
+  EXPECT_THAT(DraftAfter({4}, SpecLimits{16, 8}).tokens, IsEmpty());
+  EXPECT_THAT(DraftAfter({1, 2, 3, 4}, SpecLimits{16, 8}).tokens, IsEmpty());
+  EXPECT_THAT(DraftAfter({1, 2, 1, 2}, SpecLimits{0, 8}).tokens, IsEmpty());
   NgramOptions bigram_only;
   bigram_only.min_ngram = 2;
-  EXPECT_THAT(DraftAfter({1, 2, 3, 2}, DraftLimits{16, 8}, bigram_only).tokens, IsEmpty());
+  EXPECT_THAT(DraftAfter({1, 2, 3, 2}, SpecLimits{16, 8}, bigram_only).tokens, IsEmpty());
 }
 
 TEST(NgramDrafterTest, OptionsValidation) {
@@ -106,7 +106,7 @@ TEST(NgramDrafterTest, RandomContextsDraftOnlyObservedContinuations) {
     const int vocab = 2 + static_cast<int>(rng() % 6);
     std::vector<int32_t> context(size);
     for (int32_t& t : context) t = static_cast<int32_t>(rng() % vocab);
-    const DraftLimits limits{1 + static_cast<int>(rng() % 32), 1 + static_cast<int>(rng() % 8)};
+    const SpecLimits limits{1 + static_cast<int>(rng() % 32), 1 + static_cast<int>(rng() % 8)};
 
     NgramDraftSession pieces(options);
     for (size_t i = 0; i < context.size();) {
@@ -164,7 +164,7 @@ TEST(NgramDrafterTest, LongContextIsFast) {
   int drafted = 0;
   const int steps = 200;
   for (int s = 0; s < steps; ++s) {
-    DraftedTree tree = *session.Draft(DraftLimits{16, 8});
+    DraftedTree tree = *session.Draft(SpecLimits{16, 8});
     drafted += static_cast<int>(tree.tokens.size());
     ASSERT_TRUE(session.Append(std::vector<int32_t>{static_cast<int32_t>(rng() % 50)}).ok());
   }

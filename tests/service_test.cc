@@ -78,7 +78,7 @@ class ServiceTest : public ::testing::Test {
     options.engine.draft_timeout = absl::Milliseconds(200);  // generous: CI machines are slow
     // Limits off their defaults, so ModelInfoAndHealth sees them reported as configured.
     options.engine.max_queue = kMaxQueue;
-    options.engine.max_depth_limit = kMaxDepthLimit;
+    options.engine.spec.max.max_depth = kMaxDepthLimit;
     options.engine.max_new_tokens_limit = kMaxNewTokensLimit;
     options.info.model_name = "tiny-target";
     options.info.device = "cpu";
@@ -87,6 +87,12 @@ class ServiceTest : public ::testing::Test {
     engine_ = verifier_->engine();
     drafts_ = verifier_->drafts();
     stub_ = verifier_->stub();
+    // The verifier's limits follow its drafter's statement (Drafter.GetInfo, asked at start).
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (drafts_->PoolInfo().drafters == 0 && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    ASSERT_EQ(drafts_->PoolInfo().drafters, 1);
   }
 
   void TearDown() override {
@@ -190,10 +196,12 @@ TEST_F(ServiceTest, BadInputGetsActionableStatusAndServerKeepsServing) {
       {"unknown mode",
        [](auto& r) { r.mutable_speculation()->set_mode(static_cast<v1::SpeculationMode>(42)); },
        grpc::INVALID_ARGUMENT, "speculation.mode 42 is not a known mode"},
-      {"tree budget 0", [](auto& r) { r.mutable_speculation()->set_tree_budget(0); },
+      {"tree budget -1", [](auto& r) { r.mutable_speculation()->set_tree_budget(-1); },
        grpc::INVALID_ARGUMENT, "tree_budget must be in [1, 256]"},
       {"tree budget huge", [](auto& r) { r.mutable_speculation()->set_tree_budget(1 << 30); },
-       grpc::INVALID_ARGUMENT, "tree_budget must be in [1, 256]"},
+       grpc::INVALID_ARGUMENT,
+       "tree_budget must be in [1, 256] (got 1073741824); 256 is the largest --max_tree_budget "
+       "of the 1 drafter(s)"},
   };
   for (const Case& c : cases) {
     v1::GenerateRequest r = TextRequest("def f(x):\n    return", v1::SPECULATION_MODE_AUTO, 8);

@@ -17,8 +17,9 @@ case "$mode" in
     # mostly the allocator's quarantine of freed blocks (up to 256 MiB by default) and shadow
     # memory, not the services' own; and services killed with SIGKILL never run the leak check.
     # The paths it drives (drafter crash and reconnect, client cancels) run under ASan in
-    # fault_test and loadgen_driver_test.
-    tests=(-LE "gpu|deploy|soak")
+    # fault_test and loadgen_driver_test. Nor the docs checks (label docs): they compare pages
+    # with the binaries' --helpfull and the benchmark JSON, as the plain run already does.
+    tests=(-LE "gpu|deploy|soak|docs")
     ;;
   thread)
     # The engine's threads (batching loop, rank threads, in-process communicator, the CPU

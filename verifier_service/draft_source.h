@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/tree/spec_limits.h"
 #include "common/tree/token_tree.h"
 #include "verifier_service/request.h"
 
@@ -34,8 +35,15 @@ struct DraftOpenParams {
   std::string request_id;
   std::vector<int32_t> prompt;
   SpecMode mode = SpecMode::kAuto;
-  int tree_budget = 0;
-  int max_depth = 0;
+  SpecLimits limits;  // as resolved by the engine; a drafter serving less clamps them
+};
+
+// What the drafters a source has heard from serve (each states it: Drafter.GetInfo and every
+// session's DraftOpened).
+struct DrafterPoolInfo {
+  int drafters = 0;             // drafters heard from lately; 0 = none (nothing is known)
+  SpecLimits max;               // each field the largest any of them serves
+  std::vector<SpecMode> modes;  // the kinds some of them serve (kNgram, kDraftModel), sorted
 };
 
 class DraftSource {
@@ -46,6 +54,8 @@ class DraftSource {
   virtual std::unique_ptr<DraftStream> Open(const DraftOpenParams& params,
                                             std::function<void()> on_arrival) = 0;
   virtual std::string target() const = 0;
+  // What the pool serves, as far as the source knows now. Any thread.
+  virtual DrafterPoolInfo PoolInfo() const { return {}; }
 };
 
 }  // namespace treespec

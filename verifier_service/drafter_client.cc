@@ -52,6 +52,27 @@ class DrafterLinkState {
   std::atomic<bool> broken_{false};  // since the last failure, no session has delivered
 };
 
+// Records a drafter's statement (a GetInfo answer or a session's DraftOpened) in `directory`,
+// logging a drafter heard from for the first time, or whose limits changed, once at INFO.
+void HearDrafter(DrafterDirectory& directory, const v1::DrafterInfo& info,
+                 const std::string& target) {
+  const DrafterDescription drafter = FromProto(info);
+  if (absl::Status valid = ValidateSpecBounds(drafter.spec); !valid.ok()) {
+    TS_LOG(kDebug, "drafter %s (%s) states unusable limits, ignored: %s", drafter.id, target,
+           std::string(valid.message()));
+    return;
+  }
+  if (directory.Heard(drafter, absl::Now())) {
+    std::string modes;
+    for (SpecMode mode : drafter.modes) {
+      absl::StrAppend(&modes, modes.empty() ? "" : ",",
+                      mode == SpecMode::kNgram ? "ngram" : "draft_model");
+    }
+    TS_LOG(kInfo, "drafter %s (%s): serves %s at most (defaults %s), kinds %s", drafter.id, target,
+           SpecLimitsString(drafter.spec.max), SpecLimitsString(drafter.spec.defaults), modes);
+  }
+}
+
 namespace {
 
 // One Draft call. The reactor owns itself: it lives until gRPC calls OnDone, even after the
@@ -62,15 +83,21 @@ class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1
   // `params.prompt` is the request's whole context so far; `link` learns how the call went.
   SessionReactor(v1::Drafter::Stub* stub, const DraftOpenParams& params,
                  std::function<void()> on_arrival, ServingMetrics* metrics,
-                 std::shared_ptr<DrafterLinkState> link)
-      : on_arrival_(std::move(on_arrival)), metrics_(metrics), link_(std::move(link)) {
+                 std::shared_ptr<DrafterLinkState> link,
+                 std::shared_ptr<DrafterDirectory> directory, std::string target)
+      : on_arrival_(std::move(on_arrival)),
+        metrics_(metrics),
+        link_(std::move(link)),
+        directory_(std::move(directory)),
+        target_(std::move(target)) {
     v1::DraftRequest open;
     v1::DraftOpen* o = open.mutable_open();
     o->set_request_id(params.request_id);
     o->mutable_prompt_ids()->Add(params.prompt.begin(), params.prompt.end());
     o->set_mode(ToProtoMode(params.mode));
-    o->set_tree_budget(params.tree_budget);
-    o->set_max_depth(params.max_depth);
+    o->set_tree_budget(params.limits.tree_budget);
+    o->set_max_depth(params.limits.max_depth);
+    o->set_top_k(params.limits.top_k);
     stub->async()->Draft(&context_, this);
     pending_.push_back(std::move(open));
     writing_ = true;
@@ -151,14 +178,21 @@ class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1
   }
 
   void OnReadDone(bool ok) override {
+    if (ok && response_.kind_case() == v1::DraftResponse::kOpened) {
+      // The limits this session's trees obey, and who serves it: news for the pool's view.
+      HearDrafter(*directory_, response_.opened().drafter(), target_);
+      StartRead(&response_);
+      return;
+    }
     bool tree_arrived = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!ok) {
         finished_ = true;  // the drafter closed or failed the stream (the stream reopens it)
       } else if (const v1::DraftTree& t = response_.tree();
-                 t.step() < 0 || t.step() > last_commit_step_) {
-        ++misnumbered_;  // answers no commit sent: garbage (an older step is merely stale)
+                 response_.kind_case() != v1::DraftResponse::kTree || t.step() < 0 ||
+                 t.step() > last_commit_step_) {
+        ++misnumbered_;  // no tree, or answers no commit sent: garbage (older is merely stale)
       } else {
         DraftedTree tree;
         tree.tokens.assign(t.tokens().begin(), t.tokens().end());
@@ -208,6 +242,8 @@ class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1
   int64_t misnumbered_ = 0;
   ServingMetrics* const metrics_;  // may be null
   const std::shared_ptr<DrafterLinkState> link_;
+  const std::shared_ptr<DrafterDirectory> directory_;
+  const std::string target_;
   int64_t last_commit_step_ = -1;  // the newest commit and when it was handed to gRPC
   absl::Time last_commit_sent_;
 };
@@ -218,14 +254,17 @@ class GrpcDraftStream final : public DraftStream {
  public:
   GrpcDraftStream(v1::Drafter::Stub* stub, DraftOpenParams params, std::function<void()> on_arrival,
                   ServingMetrics* metrics, const BackoffOptions& reconnect,
-                  std::shared_ptr<DrafterLinkState> link)
+                  std::shared_ptr<DrafterLinkState> link,
+                  std::shared_ptr<DrafterDirectory> directory, std::string target)
       : stub_(stub),
         open_(std::move(params)),
         on_arrival_(std::move(on_arrival)),
         metrics_(metrics),
         link_(std::move(link)),
+        directory_(std::move(directory)),
+        target_(std::move(target)),
         backoff_(reconnect) {
-    session_ = new SessionReactor(stub_, open_, on_arrival_, metrics_, link_);
+    session_ = NewSession();
   }
   ~GrpcDraftStream() override {
     if (session_ != nullptr) session_->Detach();
@@ -236,7 +275,7 @@ class GrpcDraftStream final : public DraftStream {
     if (session_ != nullptr && session_->broken()) DropSession(now);
     if (session_ == nullptr && now >= next_attempt_) {
       // Its context is everything before this commit, which it then gets like any other.
-      session_ = new SessionReactor(stub_, open_, on_arrival_, metrics_, link_);
+      session_ = NewSession();
       if (metrics_ != nullptr) metrics_->OnDraftSessionReopened();
     }
     open_.prompt.insert(open_.prompt.end(), tokens.begin(), tokens.end());
@@ -255,6 +294,10 @@ class GrpcDraftStream final : public DraftStream {
   bool broken() const override { return session_ == nullptr || session_->broken(); }
 
  private:
+  SessionReactor* NewSession() {
+    return new SessionReactor(stub_, open_, on_arrival_, metrics_, link_, directory_, target_);
+  }
+
   // The session broke: let it go and set when the next one may open.
   void DropSession(absl::Time now) {
     misnumbered_ += session_->TakeMisnumbered();
@@ -279,6 +322,8 @@ class GrpcDraftStream final : public DraftStream {
   const std::function<void()> on_arrival_;
   ServingMetrics* const metrics_;  // may be null
   const std::shared_ptr<DrafterLinkState> link_;
+  const std::shared_ptr<DrafterDirectory> directory_;
+  const std::string target_;
   Backoff backoff_;
   SessionReactor* session_ = nullptr;  // null between a break and the next attempt
   absl::Time next_attempt_ = absl::InfinitePast();
@@ -309,13 +354,58 @@ GrpcDraftSource::GrpcDraftSource(const std::string& target,
     : target_(target),
       options_(options),
       link_(std::make_shared<DrafterLinkState>(target)),
+      directory_(std::make_shared<DrafterDirectory>(options.info_ttl)),
       channel_(HealthCheckedChannel(target, std::move(credentials), LinkArguments(options))),
-      stub_(v1::Drafter::NewStub(channel_)) {}
+      stub_(v1::Drafter::NewStub(channel_)) {
+  if (options_.info_period > absl::ZeroDuration()) {
+    info_poller_ = std::thread([this] { PollInfo(); });
+  }
+}
+
+GrpcDraftSource::~GrpcDraftSource() {
+  {
+    std::lock_guard<std::mutex> lock(poll_mu_);
+    stopping_ = true;
+    if (info_call_ != nullptr) info_call_->TryCancel();
+  }
+  poll_cv_.notify_all();
+  if (info_poller_.joinable()) info_poller_.join();
+}
+
+// Asks the pool what it serves: every second until a drafter answers (so admission knows the
+// limits from the first requests on), then every info_period. Each call goes to the next
+// drafter round-robin, so over a few periods every drafter is heard from even with no traffic;
+// sessions (DraftOpened) refresh the drafters they land on as well.
+void GrpcDraftSource::PollInfo() {
+  bool heard = false;
+  std::unique_lock<std::mutex> lock(poll_mu_);
+  while (!stopping_) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+    info_call_ = &context;
+    lock.unlock();
+    v1::DrafterInfo info;
+    const grpc::Status status = stub_->GetInfo(&context, v1::DrafterInfoRequest(), &info);
+    if (status.ok()) {
+      heard = true;
+      HearDrafter(*directory_, info, target_);
+    } else {
+      TS_LOG(kDebug, "drafter %s: GetInfo: %s", target_, status.error_message());
+    }
+    lock.lock();
+    info_call_ = nullptr;
+    const absl::Duration wait = heard ? options_.info_period : absl::Seconds(1);
+    poll_cv_.wait_for(lock, absl::ToChronoNanoseconds(wait), [this] { return stopping_; });
+  }
+}
 
 std::unique_ptr<DraftStream> GrpcDraftSource::Open(const DraftOpenParams& params,
                                                    std::function<void()> on_arrival) {
   return std::make_unique<GrpcDraftStream>(stub_.get(), params, std::move(on_arrival),
-                                           metrics_.load(), options_.reconnect, link_);
+                                           metrics_.load(), options_.reconnect, link_, directory_,
+                                           target_);
 }
+
+DrafterPoolInfo GrpcDraftSource::PoolInfo() const { return directory_->Pool(absl::Now()); }
 
 }  // namespace treespec

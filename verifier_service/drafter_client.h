@@ -1,7 +1,9 @@
 // DraftSource over gRPC: one Drafter.Draft bidi stream per request, driven by a callback
 // reactor so the engine never blocks on the network. A session that breaks (drafter crash,
 // restart, hang-up, oversized message) is reopened with the request's whole context after a
-// jittered exponential backoff; the request runs without speculation meanwhile.
+// jittered exponential backoff; the request runs without speculation meanwhile. What the
+// drafters serve (their limits and kinds) is learnt from Drafter.GetInfo, polled, and from
+// every session's DraftOpened (DrafterDirectory).
 #ifndef TREESPEC_VERIFIER_SERVICE_DRAFTER_CLIENT_H_
 #define TREESPEC_VERIFIER_SERVICE_DRAFTER_CLIENT_H_
 
@@ -9,12 +11,17 @@
 #include <grpcpp/security/credentials.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
+#include "absl/time/time.h"
 #include "common/util/backoff.h"
 #include "treespec/v1/drafter.grpc.pb.h"
 #include "verifier_service/draft_source.h"
+#include "verifier_service/drafter_directory.h"
 #include "verifier_service/serving_metrics.h"
 
 namespace treespec {
@@ -31,6 +38,11 @@ struct DrafterLinkOptions {
   // are reopened), when no ack comes within kKeepaliveTimeoutS (common/rpc/keepalive.h): that
   // is how a drafter host that vanished, or a drafter that hangs, is noticed. 0 = off.
   int keepalive_s = 30;
+  // Drafter.GetInfo is asked this often (every second until a drafter answers); 0 = never
+  // (the pool is then learnt from sessions only).
+  absl::Duration info_period = absl::Seconds(10);
+  // A drafter not heard from this long is dropped from the pool's limits.
+  absl::Duration info_ttl = absl::Minutes(10);
 };
 
 class DrafterLinkState;
@@ -45,22 +57,34 @@ class GrpcDraftSource final : public DraftSource {
   explicit GrpcDraftSource(const std::string& target,
                            std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr,
                            DrafterLinkOptions options = {});
+  ~GrpcDraftSource() override;
+  GrpcDraftSource(const GrpcDraftSource&) = delete;
+  GrpcDraftSource& operator=(const GrpcDraftSource&) = delete;
 
   std::unique_ptr<DraftStream> Open(const DraftOpenParams& params,
                                     std::function<void()> on_arrival) override;
   std::string target() const override { return target_; }
+  DrafterPoolInfo PoolInfo() const override;
   // Where draft round-trip times and session reopens go (null: nowhere); set before sessions
   // open. Must outlive the sessions.
   void SetMetrics(ServingMetrics* metrics) { metrics_.store(metrics); }
 
  private:
+  void PollInfo();
+
   std::string target_;
   DrafterLinkOptions options_;
   // Shared with the sessions (which may outlive this): logs the link breaking and recovering.
   std::shared_ptr<DrafterLinkState> link_;
+  std::shared_ptr<DrafterDirectory> directory_;  // shared with the sessions, as link_
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Drafter::Stub> stub_;
   std::atomic<ServingMetrics*> metrics_{nullptr};
+  std::mutex poll_mu_;
+  std::condition_variable poll_cv_;           // with poll_mu_: wakes the poller to stop
+  bool stopping_ = false;                     // guarded by poll_mu_
+  grpc::ClientContext* info_call_ = nullptr;  // the GetInfo in flight; guarded by poll_mu_
+  std::thread info_poller_;                   // last: stops before the members above go
 };
 
 }  // namespace treespec

@@ -38,8 +38,7 @@ TEST(GrpcDraftSourceTest, DestroyingTheStreamWaitsForARunningArrivalCallback) {
   params.request_id = "callback-lifetime";
   params.prompt = {5, 6, 7, 5, 6, 7, 5, 6};
   params.mode = SpecMode::kNgram;
-  params.tree_budget = 4;
-  params.max_depth = 4;
+  params.limits = SpecLimits{4, 4, 0};
   std::unique_ptr<DraftStream> stream = source.Open(params, [&] {
     entered = true;
     std::this_thread::sleep_for(std::chrono::milliseconds(300));

@@ -46,17 +46,10 @@ absl::Status ValidateEngineOptions(const EngineOptions& o) {
   if (o.max_batch < 1) return bad(absl::StrCat("--max_batch must be >= 1 (got ", o.max_batch, ")"));
   // Every request waits in the queue before its first step, so 0 would refuse them all.
   if (o.max_queue < 1) return bad(absl::StrCat("--max_queue must be >= 1 (got ", o.max_queue, ")"));
-  if (o.max_tree_budget < 1) {
-    return bad(absl::StrCat("--max_tree_budget must be >= 1 (got ", o.max_tree_budget, ")"));
-  }
-  if (o.default_tree_budget < 1 || o.default_tree_budget > o.max_tree_budget) {
-    return bad(absl::StrCat("--tree_budget must be in [1, --max_tree_budget=", o.max_tree_budget,
-                            "] (got ", o.default_tree_budget, ")"));
-  }
-  if (o.default_max_depth < 1 || o.default_max_depth > o.max_depth_limit) {
-    return bad(absl::StrCat("--max_depth must be in [1, ", o.max_depth_limit, "] (got ",
-                            o.default_max_depth, ")"));
-  }
+  SpecFlagNames names;
+  names.max_tree_budget = "spec.max.tree_budget (the verifier's own largest tree)";
+  names.max_depth_limit = "spec.max.max_depth (the verifier's own deepest tree)";
+  if (absl::Status s = ValidateSpecBounds(o.spec, names); !s.ok()) return s;
   if (o.default_max_new_tokens < 1) {
     return bad(absl::StrCat("--max_new_tokens must be >= 1 (got ", o.default_max_new_tokens, ")"));
   }
@@ -184,23 +177,6 @@ absl::Status Engine::Validate(GenerationRequest& r) const {
           "sampling.stop_strings need a tokenizer, and this server has none");
     }
   }
-  if (r.tree_budget.has_value()) {
-    if (*r.tree_budget < 1 || *r.tree_budget > options_.max_tree_budget) {
-      return InvalidArgument(absl::StrCat("speculation.tree_budget must be in [1, ",
-                                          options_.max_tree_budget, "] (got ", *r.tree_budget,
-                                          ")"));
-    }
-  } else {
-    r.tree_budget = options_.default_tree_budget;
-  }
-  if (r.max_depth.has_value()) {
-    if (*r.max_depth < 1 || *r.max_depth > options_.max_depth_limit) {
-      return InvalidArgument(absl::StrCat("speculation.max_depth must be in [1, ",
-                                          options_.max_depth_limit, "] (got ", *r.max_depth, ")"));
-    }
-  } else {
-    r.max_depth = options_.default_max_depth;
-  }
   if (r.spec_mode != SpecMode::kOff && drafts_ == nullptr) {
     if (r.spec_mode != SpecMode::kAuto) {
       return absl::FailedPreconditionError(
@@ -209,11 +185,48 @@ absl::Status Engine::Validate(GenerationRequest& r) const {
     }
     r.spec_mode = SpecMode::kOff;
   }
-  const int need = PagesFor(prompt_len + *r.max_new_tokens + *r.tree_budget + 1);
+  if (absl::Status s = ValidateSpeculation(r); !s.ok()) return s;
+  const int need = PagesFor(prompt_len + *r.max_new_tokens + r.spec.tree_budget + 1);
   if (need > model_->kv_cache().num_pages()) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "request needs ", need, " KV-cache pages but the cache has ",
         model_->kv_cache().num_pages(), " in all; lower max_new_tokens or raise --kv_pages"));
+  }
+  return absl::OkStatus();
+}
+
+SpecBounds Engine::spec_bounds() const {
+  SpecBounds bounds = options_.spec;
+  if (drafts_ != nullptr) {
+    const DrafterPoolInfo pool = drafts_->PoolInfo();
+    if (pool.drafters > 0) bounds.max = ClampSpecLimits(bounds.max, pool.max);
+  }
+  return bounds;
+}
+
+absl::Status Engine::ValidateSpeculation(GenerationRequest& r) const {
+  const DrafterPoolInfo pool = drafts_ != nullptr ? drafts_->PoolInfo() : DrafterPoolInfo{};
+  SpecBounds bounds = options_.spec;
+  SpecLimitSources sources;
+  sources.max_depth = "the deepest tree this verifier serves";
+  if (pool.drafters > 0) {
+    // A request no drafter can serve is refused here, not run without speculation later; a
+    // default above what they serve is lowered to it.
+    bounds.max = ClampSpecLimits(bounds.max, pool.max);
+    sources.tree_budget = absl::StrCat("the largest --max_tree_budget of the ", pool.drafters,
+                                       " drafter(s) this verifier has heard from");
+  }
+  absl::StatusOr<SpecLimits> spec = ResolveSpecLimits(r.spec, bounds, "speculation.", sources);
+  if (!spec.ok()) return spec.status();
+  r.spec = *spec;
+  const bool named_kind = r.spec_mode == SpecMode::kNgram || r.spec_mode == SpecMode::kDraftModel;
+  if (pool.drafters > 0 && named_kind &&
+      std::find(pool.modes.begin(), pool.modes.end(), r.spec_mode) == pool.modes.end()) {
+    const bool model = r.spec_mode == SpecMode::kDraftModel;
+    return absl::FailedPreconditionError(
+        absl::StrCat("speculation.mode ", model ? "DRAFT_MODEL" : "NGRAM", ": none of the ",
+                     pool.drafters, " drafter(s) this verifier has heard from serves it; use AUTO",
+                     model ? ", or start drafters with --draft_model=DIR" : ""));
   }
   return absl::OkStatus();
 }
@@ -368,7 +381,7 @@ int Engine::FrontPagesIfAdmissible() const {
   const GenerationRequest& r = queue_.front()->request;
   // Worst case: whole prompt + output + the largest tree this request may verify.
   const int need =
-      PagesFor(static_cast<int>(r.prompt.size()) + *r.max_new_tokens + *r.tree_budget + 1);
+      PagesFor(static_cast<int>(r.prompt.size()) + *r.max_new_tokens + r.spec.tree_budget + 1);
   // Otherwise it waits for pages to free up.
   return pages_promised_ + need <= model_->kv_cache().num_pages() ? need : 0;
 }
@@ -394,15 +407,14 @@ void Engine::Admit() {
       open.request_id = a->request.id;
       open.prompt = a->request.prompt;
       open.mode = a->request.spec_mode;
-      open.tree_budget = *a->request.tree_budget;
-      open.max_depth = *a->request.max_depth;
+      open.limits = a->request.spec;
       a->draft = drafts_->Open(open, [this] {
         std::lock_guard<std::mutex> lock(mu_);
         ++draft_events_;
         cv_.notify_all();
       });
-      a->stats.accepted_per_depth.assign(*a->request.max_depth, 0);
-      a->stats.drafted_per_depth.assign(*a->request.max_depth, 0);
+      a->stats.accepted_per_depth.assign(a->request.spec.max_depth, 0);
+      a->stats.drafted_per_depth.assign(a->request.spec.max_depth, 0);
     }
     running_.push_back(std::move(a));
   }
@@ -446,8 +458,22 @@ std::vector<Engine::Active*> Engine::WaitForReady() {
 
 void Engine::Step(const std::vector<Active*>& members) {
   const absl::Time step_start = absl::Now();
-  const ModelConfig& config = model_->config();
-  const int context = options_.context_length;
+  std::vector<SeqTree> batch = BuildBatch(members);
+  const absl::Time forward_start = absl::Now();
+  absl::StatusOr<std::vector<StepResult>> results = RunBatch(members, batch);
+  const absl::Time forward_end = absl::Now();
+  if (!results.ok()) {
+    FailStep(members, results.status());
+    return;
+  }
+  const StepTiming timing{absl::ToDoubleMilliseconds(forward_start - step_start),
+                          absl::ToDoubleMilliseconds(forward_end - forward_start), forward_end};
+  for (size_t b = 0; b < members.size(); ++b) {
+    ApplyResult(*members[b], batch[b], std::move((*results)[b]), timing);
+  }
+}
+
+std::vector<SeqTree> Engine::BuildBatch(const std::vector<Active*>& members) {
   std::vector<SeqTree> batch;
   batch.reserve(members.size());
   for (Active* a : members) {
@@ -455,34 +481,14 @@ void Engine::Step(const std::vector<Active*>& members) {
     t.seq = a->seq;
     t.committed_len = a->committed_len;
     if (!a->prefilled) {
+      // The prompt is one chain tree beside the other requests' verify trees.
       t.tokens = a->request.prompt;
       t.parents.resize(t.tokens.size());
       std::iota(t.parents.begin(), t.parents.end(), -1);
     } else {
-      DraftedTree drafted;
-      if (a->tree.has_value()) {
-        absl::Status valid = ValidateDraftedTree(*a->tree, config.vocab_size,
-                                                 *a->request.tree_budget, *a->request.max_depth);
-        if (valid.ok()) {
-          drafted = std::move(*a->tree);
-        } else if (a->stats.bad_trees++ == 0) {
-          TS_LOG(kWarning,
-                 "request %s step %d: dropping bad draft tree: %s (further ones for "
-                 "this request are counted, not logged)",
-                 a->request.id, a->step, std::string(valid.message()));
-        } else {
-          TS_LOG(kDebug, "request %s step %d: dropping bad draft tree: %s", a->request.id, a->step,
-                 std::string(valid.message()));
-        }
-        a->timeouts = 0;
-      } else if (a->draft != nullptr && !a->draft->broken()) {
-        ++a->timeouts;  // a slow drafter; a broken session is not, and is reopened instead
-      }
-      if (a->draft != nullptr) a->stats.bad_trees += a->draft->TakeMisnumberedTrees();
-      a->tree.reset();
-      ToVerifyTree(a->bonus, drafted, &t.tokens, &t.parents);
+      ToVerifyTree(a->bonus, TakeDraft(*a), &t.tokens, &t.parents);
       // Never write past the context window: a prefix of the nodes is still a tree.
-      const int room = context - a->committed_len;
+      const int room = options_.context_length - a->committed_len;
       if (static_cast<int>(t.tokens.size()) > room) {
         t.tokens.resize(room);
         t.parents.resize(room);
@@ -490,80 +496,103 @@ void Engine::Step(const std::vector<Active*>& members) {
     }
     batch.push_back(std::move(t));
   }
+  return batch;
+}
 
+DraftedTree Engine::TakeDraft(Active& a) {
+  DraftedTree drafted;
+  if (a.tree.has_value()) {
+    absl::Status valid = ValidateDraftedTree(*a.tree, model_->config().vocab_size,
+                                             a.request.spec.tree_budget, a.request.spec.max_depth);
+    if (valid.ok()) {
+      drafted = std::move(*a.tree);
+    } else if (a.stats.bad_trees++ == 0) {
+      TS_LOG(kWarning,
+             "request %s step %d: dropping bad draft tree: %s (further ones for this request "
+             "are counted, not logged)",
+             a.request.id, a.step, std::string(valid.message()));
+    } else {
+      TS_LOG(kDebug, "request %s step %d: dropping bad draft tree: %s", a.request.id, a.step,
+             std::string(valid.message()));
+    }
+    a.timeouts = 0;
+  } else if (a.draft != nullptr && !a.draft->broken()) {
+    ++a.timeouts;  // a slow drafter; a broken session is not, and is reopened instead
+  }
+  if (a.draft != nullptr) a.stats.bad_trees += a.draft->TakeMisnumberedTrees();
+  a.tree.reset();
+  return drafted;
+}
+
+absl::StatusOr<std::vector<StepResult>> Engine::RunBatch(const std::vector<Active*>& members,
+                                                         const std::vector<SeqTree>& batch) {
   std::vector<StepSpec> specs(members.size());
   for (size_t b = 0; b < members.size(); ++b) {
     specs[b].sampling = members[b]->request.sampling;
     specs[b].prefill = !members[b]->prefilled;
   }
-  const absl::Time forward_start = absl::Now();
-  absl::StatusOr<std::vector<StepResult>> results = model_->VerifyStep(batch, specs);
-  const absl::Time forward_end = absl::Now();
-  const double forward_ms = absl::ToDoubleMilliseconds(forward_end - forward_start);
-  const double build_ms = absl::ToDoubleMilliseconds(forward_start - step_start);
-  if (!results.ok()) {
-    TS_LOG(kError, "verify step of %d requests failed: %s", static_cast<int>(batch.size()),
-           std::string(results.status().message()));
-    for (Active* a : members) {
-      GenerationUpdate update;
-      update.finished = true;
-      update.status =
-          absl::InternalError(absl::StrCat("verify step failed: ", results.status().message()));
-      Finish(*a, std::move(update));
-    }
+  return model_->VerifyStep(batch, specs);
+}
+
+void Engine::FailStep(const std::vector<Active*>& members, const absl::Status& status) {
+  TS_LOG(kError, "verify step of %d requests failed: %s", static_cast<int>(members.size()),
+         std::string(status.message()));
+  for (Active* a : members) {
+    GenerationUpdate update;
+    update.finished = true;
+    update.status = absl::InternalError(absl::StrCat("verify step failed: ", status.message()));
+    Finish(*a, std::move(update));
+  }
+}
+
+void Engine::RecordSpecStats(Active& a, const SeqTree& t, int accepted) {
+  SpecStats& s = a.stats;
+  const int n = static_cast<int>(t.tokens.size());
+  ++s.steps;
+  s.drafted_tokens += n - 1;
+  s.accepted_tokens += accepted;
+  if (n == 1) ++s.fallback_steps;
+  const std::vector<int32_t> depth = NodeDepths(t.parents);
+  const int deepest = *std::max_element(depth.begin(), depth.end());
+  for (int d = 0; d < deepest && d < static_cast<int>(s.drafted_per_depth.size()); ++d) {
+    ++s.drafted_per_depth[d];
+  }
+  for (int d = 0; d < accepted && d < static_cast<int>(s.accepted_per_depth.size()); ++d) {
+    ++s.accepted_per_depth[d];
+  }
+}
+
+void Engine::ApplyResult(Active& a, const SeqTree& t, StepResult result, const StepTiming& timing) {
+  a.stats.forward_ms += timing.forward_ms;
+  a.stats.host_ms += timing.build_ms;
+  std::vector<int32_t> emitted = std::move(result.emitted);
+  if (!a.prefilled) {
+    a.committed_len = static_cast<int>(t.tokens.size());
+    a.prefilled = true;
+    a.step = 0;  // the drafter's first tree answers commit 0 (the first bonus)
+  } else {
+    const int accepted = static_cast<int>(result.path.size()) - 1;
+    a.committed_len += accepted + 1;
+    ++a.step;
+    if (a.draft != nullptr) RecordSpecStats(a, t, accepted);
+  }
+  a.bonus = emitted.back();
+  GenerationUpdate update = a.output->Append(emitted);
+  if (!update.finished && a.committed_len >= options_.context_length) {
+    GenerationUpdate last = a.output->Finish(FinishReason::kContext);
+    update.text += last.text;
+    update.finished = true;
+    update.finish_reason = FinishReason::kContext;
+  }
+  a.stats.host_ms += absl::ToDoubleMilliseconds(absl::Now() - timing.forward_end);
+  if (update.finished) {
+    Finish(a, std::move(update));
     return;
   }
-
-  for (size_t b = 0; b < members.size(); ++b) {
-    Active& a = *members[b];
-    a.stats.forward_ms += forward_ms;
-    a.stats.host_ms += build_ms;
-    const SeqTree& t = batch[b];
-    const int n = static_cast<int>(t.tokens.size());
-    std::vector<int32_t> emitted = std::move((*results)[b].emitted);
-    if (!a.prefilled) {
-      a.committed_len = n;
-      a.prefilled = true;
-      a.bonus = emitted.back();
-      a.step = 0;  // the drafter's first tree answers commit 0 (the first bonus)
-    } else {
-      const int k = static_cast<int>((*results)[b].path.size()) - 1;
-      a.committed_len += k + 1;
-      a.bonus = emitted.back();
-      ++a.step;
-      if (a.draft != nullptr) {
-        SpecStats& s = a.stats;
-        ++s.steps;
-        s.drafted_tokens += n - 1;
-        s.accepted_tokens += k;
-        if (n == 1) ++s.fallback_steps;
-        const std::vector<int32_t> depth = NodeDepths(t.parents);
-        const int max_depth = *std::max_element(depth.begin(), depth.end());
-        for (int d = 0; d < max_depth && d < static_cast<int>(s.drafted_per_depth.size()); ++d) {
-          ++s.drafted_per_depth[d];
-        }
-        for (int d = 0; d < k && d < static_cast<int>(s.accepted_per_depth.size()); ++d) {
-          ++s.accepted_per_depth[d];
-        }
-      }
-    }
-    GenerationUpdate update = a.output->Append(emitted);
-    if (!update.finished && a.committed_len >= context) {
-      GenerationUpdate last = a.output->Finish(FinishReason::kContext);
-      update.text += last.text;
-      update.finished = true;
-      update.finish_reason = FinishReason::kContext;
-    }
-    a.stats.host_ms += absl::ToDoubleMilliseconds(absl::Now() - forward_end);
-    if (update.finished) {
-      Finish(a, std::move(update));
-      continue;
-    }
-    a.sink->OnUpdate(std::move(update));
-    if (a.draft != nullptr) {
-      a.commit_sent = absl::Now();
-      a.draft->Commit(a.step, std::move(emitted));
-    }
+  a.sink->OnUpdate(std::move(update));
+  if (a.draft != nullptr) {
+    a.commit_sent = absl::Now();
+    a.draft->Commit(a.step, std::move(emitted));
   }
 }
 

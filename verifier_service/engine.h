@@ -26,10 +26,9 @@ namespace treespec {
 struct EngineOptions {
   int max_batch = 16;    // requests verified together in one forward
   int max_queue = 1024;  // waiting requests beyond this are refused
-  int default_tree_budget = 16;
-  int default_max_depth = 8;
-  int max_tree_budget = 256;
-  int max_depth_limit = 64;
+  // Limits for requests that set none (--tree_budget, --max_depth), and the verifier's own
+  // maxima (the protocol's); the maxima its drafters state lower these (spec_bounds()).
+  SpecBounds spec{SpecLimits{16, 8, 0}, kSpecCeiling};
   int default_max_new_tokens = 256;
   // Largest max_new_tokens a request may ask for; 0: only the context length bounds it.
   int max_new_tokens_limit = 0;
@@ -80,6 +79,9 @@ class Engine {
   // Fills defaults and checks `request` against the model and limits. INVALID_ARGUMENT (etc.)
   // with a message naming the field.
   absl::Status Validate(GenerationRequest& request) const;
+  // The speculation limits a request is resolved against now: options().spec with the maxima
+  // lowered to the largest its drafters serve, once any drafter has stated them. Any thread.
+  SpecBounds spec_bounds() const;
   // Queues a validated request and returns its handle. RESOURCE_EXHAUSTED when the queue is
   // full, UNAVAILABLE after Shutdown. Updates go to `sink` until one with finished=true.
   absl::StatusOr<uint64_t> Submit(GenerationRequest request, std::shared_ptr<RequestSink> sink);
@@ -98,6 +100,9 @@ class Engine {
  private:
   struct Active;
 
+  // The speculation part of Validate: mode and limits against the drafters' statements.
+  absl::Status ValidateSpeculation(GenerationRequest& request) const;
+
   void Loop();
   void Admit();
   // Whether a step should wait (up to the deadline) for this request's draft.
@@ -107,8 +112,28 @@ class Engine {
   void DropCancelled();
   // Blocks until enough requests can be verified (DESIGN §2 overlap) and returns them.
   std::vector<Active*> WaitForReady();
-  // One verify step (prefill for new requests) over `members`.
+  // One verify step (prefill for new requests) over `members`: build the batch (taking each
+  // request's draft), run it, apply each request's result.
   void Step(const std::vector<Active*>& members);
+  // Each member's tree: its prompt as a chain (prefill), else the bonus and its draft.
+  std::vector<SeqTree> BuildBatch(const std::vector<Active*>& members);
+  // The request's draft for this step if it arrived and is valid (else an empty tree: the step
+  // verifies the bonus alone); counts bad trees and missed deadlines.
+  DraftedTree TakeDraft(Active& active);
+  absl::StatusOr<std::vector<StepResult>> RunBatch(const std::vector<Active*>& members,
+                                                   const std::vector<SeqTree>& batch);
+  // The model failed the step: every member ends with INTERNAL.
+  void FailStep(const std::vector<Active*>& members, const absl::Status& status);
+  struct StepTiming {
+    double build_ms = 0;    // host time before the forward
+    double forward_ms = 0;  // the model's VerifyStep
+    absl::Time forward_end;
+  };
+  // Commits the accepted path, streams the emitted tokens, finishes or commits to the drafter.
+  void ApplyResult(Active& active, const SeqTree& tree, StepResult result,
+                   const StepTiming& timing);
+  // One verify step's speculation counters: `accepted` drafted tokens of `tree`'s.
+  void RecordSpecStats(Active& active, const SeqTree& tree, int accepted);
   // Sends the final update and releases the request (KV pages, draft session).
   void Finish(Active& active, GenerationUpdate update);
   void Release(Active& active);

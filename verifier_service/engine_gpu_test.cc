@@ -85,8 +85,8 @@ void CheckSpeculativeGreedyEqualsTargetOnly(int tp) {
     r.prompt = prompts[p];
     r.max_new_tokens = 64;
     r.ignore_eos = true;
-    r.tree_budget = 16;
-    r.max_depth = 8;
+    r.spec.tree_budget = 16;
+    r.spec.max_depth = 8;
     r.spec_mode = SpecMode::kOff;
     Engine plain_engine(target->get(), nullptr, nullptr, EngineOptions());
     const GenerationUpdate plain = testing::RunToEnd(plain_engine, r);

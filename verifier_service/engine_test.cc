@@ -102,8 +102,8 @@ TEST_F(EngineTest, NgramSpeculationMatchesPlain) {
         r.sampling.temperature = temperature;
         r.sampling.seed = 1234 + seed;
         r.top_p = 0.9f;
-        r.tree_budget = budget;
-        r.max_depth = 6;
+        r.spec.tree_budget = budget;
+        r.spec.max_depth = 6;
         const std::vector<int32_t> plain = Plain(r);
         Engine engine(target_.get(), nullptr, &drafts, EngineOptions());
         GenerationUpdate spec = RunToEnd(engine, r);
@@ -132,8 +132,8 @@ TEST_F(EngineTest, DraftModelSpeculationMatchesPlainChainAndTree) {
         GenerationRequest r = Request(Prompt(3), SpecMode::kDraftModel);
         r.sampling.temperature = temperature;
         r.sampling.seed = 99;
-        r.tree_budget = tree ? 12 : 6;
-        r.max_depth = 6;
+        r.spec.tree_budget = tree ? 12 : 6;
+        r.spec.max_depth = 6;
         const std::vector<int32_t> plain = Plain(r);
         Engine engine(target_.get(), nullptr, &drafts, EngineOptions());
         GenerationUpdate spec = RunToEnd(engine, r);
@@ -322,7 +322,8 @@ TEST_F(EngineTest, DrainFinishesRunningRequestsAndRefusesNewOnes) {
 
 // A cancel that lands while the engine waits for drafts, on a request that is already ready
 // (no speculation), must not leave the scheduler holding a pointer to the freed request
-// (ASan: heap-use-after-free in Engine::Loop before the fix). The others are unaffected.
+// (under ASan, a dangling one shows as a heap-use-after-free in Engine::Loop). The others are
+// unaffected.
 TEST_F(EngineTest, CancelWhileWaitingForDrafts) {
   ScriptedDraftSource drafts([](int64_t) { return std::nullopt; });  // never answers
   EngineOptions options;
@@ -389,7 +390,7 @@ TEST_F(EngineTest, GarbageDraftsFailOpen) {
     return t;
   });
   GenerationRequest r = Request(Prompt(4), SpecMode::kNgram);
-  r.max_depth = 8;
+  r.spec.max_depth = 8;
   const std::vector<int32_t> plain = Plain(r);
   Engine engine(target_.get(), nullptr, &drafts, EngineOptions());
   GenerationUpdate spec = RunToEnd(engine, r);
@@ -472,10 +473,17 @@ TEST_F(EngineTest, ValidationNamesTheField) {
   r.top_p = 1.5f;
   check(r, absl::StatusCode::kInvalidArgument, "top_p must be in (0, 1]");
   r = ok;
-  r.tree_budget = 0;
-  check(r, absl::StatusCode::kInvalidArgument, "tree_budget must be in [1, 256]");
-  r.tree_budget = 100000;
-  check(r, absl::StatusCode::kInvalidArgument, "tree_budget must be in [1, 256]");
+  // Without drafters the verifier's own maxima (the protocol's) bound the limits; 0 is unset.
+  r.spec.tree_budget = -1;
+  check(r, absl::StatusCode::kInvalidArgument, "speculation.tree_budget must be in [1, 1024]");
+  r.spec.tree_budget = 100000;
+  check(r, absl::StatusCode::kInvalidArgument, "speculation.tree_budget must be in [1, 1024]");
+  r.spec.tree_budget = 0;
+  r.spec.max_depth = 65;
+  check(r, absl::StatusCode::kInvalidArgument, "speculation.max_depth must be in [1, 64]");
+  r.spec.max_depth = 0;
+  ASSERT_TRUE(engine.Validate(r).ok());
+  EXPECT_EQ(r.spec, (SpecLimits{16, 8, 0}));
   r = ok;
   r.spec_mode = SpecMode::kNgram;
   check(r, absl::StatusCode::kFailedPrecondition, "--drafter");
@@ -488,6 +496,59 @@ TEST_F(EngineTest, ValidationNamesTheField) {
   r = ok;
   r.stop_strings.assign(kMaxStopStrings + 1, "x");
   check(r, absl::StatusCode::kInvalidArgument, "16 stop_strings");
+}
+
+// A local drafter behind a pool that has stated `pool`, as GrpcDraftSource learns it from its
+// drafters' GetInfo answers and DraftOpened messages.
+class StatedPoolSource final : public DraftSource {
+ public:
+  StatedPoolSource(DrafterFactory* factory, DrafterPoolInfo pool)
+      : local_(factory), pool_(std::move(pool)) {}
+  std::unique_ptr<DraftStream> Open(const DraftOpenParams& params,
+                                    std::function<void()> on_arrival) override {
+    opened_.push_back(params.limits);
+    return local_.Open(params, std::move(on_arrival));
+  }
+  std::string target() const override { return "stated"; }
+  DrafterPoolInfo PoolInfo() const override { return pool_; }
+  const std::vector<SpecLimits>& opened() const { return opened_; }
+
+ private:
+  LocalDraftSource local_;
+  DrafterPoolInfo pool_;
+  std::vector<SpecLimits> opened_;
+};
+
+// The verifier takes its maxima from what its drafters state: a request above them is refused
+// naming the drafters' flag (never run without speculation), a default above them is lowered
+// to them, and a kind no drafter serves is refused.
+TEST_F(EngineTest, SpeculationLimitsFollowWhatTheDraftersServe) {
+  NgramDrafterFactory factory{NgramOptions()};
+  StatedPoolSource drafts(&factory, DrafterPoolInfo{1, SpecLimits{8, 64, 8}, {SpecMode::kNgram}});
+  Engine engine(target_.get(), nullptr, &drafts, EngineOptions());
+  EXPECT_EQ(engine.spec_bounds().max.tree_budget, 8);
+
+  GenerationRequest r = Request(Prompt(3), SpecMode::kAuto, 24);
+  r.spec.tree_budget = 9;
+  absl::Status refused = engine.Validate(r);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_THAT(std::string(refused.message()),
+              ::testing::HasSubstr("speculation.tree_budget must be in [1, 8] (got 9); 8 is the "
+                                   "largest --max_tree_budget of the 1 drafter(s)"));
+  r.spec_mode = SpecMode::kDraftModel;
+  r.spec.tree_budget = 4;
+  refused = engine.Validate(r);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_THAT(std::string(refused.message()), ::testing::HasSubstr("--draft_model"));
+
+  GenerationRequest unset = Request(Prompt(3), SpecMode::kNgram, 24);
+  const std::vector<int32_t> plain = Plain(unset);
+  GenerationUpdate out = RunToEnd(engine, unset);
+  ASSERT_TRUE(out.status.ok()) << out.status;
+  EXPECT_THAT(out.token_ids, ElementsAreArray(plain));
+  ASSERT_EQ(drafts.opened().size(), 1u);
+  EXPECT_EQ(drafts.opened()[0], (SpecLimits{8, 8, 0}));  // the default 16 lowered to 8
+  EXPECT_GT(out.stats.drafted_tokens, 0);
 }
 
 // --max_new_tokens_limit caps what a request may ask for below the context: one token more is
@@ -530,11 +591,11 @@ TEST(EngineOptionsTest, FlagsOutOfRangeNameTheFlag) {
   o.max_batch = 0;
   EXPECT_THAT(std::string(ValidateEngineOptions(o).message()), ::testing::HasSubstr("--max_batch"));
   o = EngineOptions();
-  o.default_tree_budget = 300;
+  o.spec.defaults.tree_budget = 2000;
   EXPECT_THAT(std::string(ValidateEngineOptions(o).message()),
               ::testing::HasSubstr("--tree_budget"));
   o = EngineOptions();
-  o.default_max_depth = 0;
+  o.spec.defaults.max_depth = 0;
   EXPECT_THAT(std::string(ValidateEngineOptions(o).message()), ::testing::HasSubstr("--max_depth"));
   o = EngineOptions();
   o.max_queue = 0;

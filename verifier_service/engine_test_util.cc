@@ -86,7 +86,7 @@ class MailboxDraftStream : public DraftStream {
 
 class LocalDraftStream final : public MailboxDraftStream {
  public:
-  LocalDraftStream(std::unique_ptr<DraftSession> session, DraftLimits limits)
+  LocalDraftStream(std::unique_ptr<DraftSession> session, SpecLimits limits)
       : session_(std::move(session)), limits_(limits) {}
   void Commit(int64_t step, std::vector<int32_t> tokens) override {
     absl::StatusOr<DraftedTree> tree =
@@ -101,7 +101,7 @@ class LocalDraftStream final : public MailboxDraftStream {
 
  private:
   std::unique_ptr<DraftSession> session_;
-  DraftLimits limits_;
+  SpecLimits limits_;
 };
 
 class ScriptedDraftStream final : public MailboxDraftStream {
@@ -128,7 +128,7 @@ struct DelayedMailbox {
 
 class DelayedDraftStream final : public DraftStream {
  public:
-  DelayedDraftStream(std::unique_ptr<DraftSession> session, DraftLimits limits,
+  DelayedDraftStream(std::unique_ptr<DraftSession> session, SpecLimits limits,
                      DelayedDraftSource::DelayFn delay, std::function<void()> on_arrival)
       : session_(std::move(session)),
         limits_(limits),
@@ -170,7 +170,7 @@ class DelayedDraftStream final : public DraftStream {
 
  private:
   std::unique_ptr<DraftSession> session_;
-  DraftLimits limits_;
+  SpecLimits limits_;
   DelayedDraftSource::DelayFn delay_;
   std::shared_ptr<DelayedMailbox> box_;
   std::vector<std::thread> threads_;
@@ -182,10 +182,7 @@ std::unique_ptr<DraftStream> DelayedDraftSource::Open(const DraftOpenParams& par
                                                       std::function<void()> on_arrival) {
   absl::StatusOr<std::unique_ptr<DraftSession>> session = factory_->NewSession();
   if (!session.ok() || !(*session)->Append(params.prompt).ok()) return nullptr;
-  DraftLimits limits;
-  limits.tree_budget = params.tree_budget;
-  limits.max_depth = params.max_depth;
-  return std::make_unique<DelayedDraftStream>(*std::move(session), limits, delay_,
+  return std::make_unique<DelayedDraftStream>(*std::move(session), params.limits, delay_,
                                               std::move(on_arrival));
 }
 
@@ -194,10 +191,7 @@ std::unique_ptr<DraftStream> LocalDraftSource::Open(const DraftOpenParams& param
   absl::StatusOr<std::unique_ptr<DraftSession>> session = factory_->NewSession();
   if (!session.ok()) return nullptr;
   if (!(*session)->Append(params.prompt).ok()) return nullptr;
-  DraftLimits limits;
-  limits.tree_budget = params.tree_budget;
-  limits.max_depth = params.max_depth;
-  return std::make_unique<LocalDraftStream>(*std::move(session), limits);
+  return std::make_unique<LocalDraftStream>(*std::move(session), params.limits);
 }
 
 std::unique_ptr<DraftStream> ScriptedDraftSource::Open(const DraftOpenParams&,

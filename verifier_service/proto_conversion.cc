@@ -1,5 +1,7 @@
 #include "verifier_service/proto_conversion.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace treespec {
@@ -63,8 +65,8 @@ absl::StatusOr<GenerationRequest> FromProto(const v1::GenerateRequest& proto,
           "speculation.mode ", static_cast<int>(spec.mode()),
           " is not a known mode; use AUTO (0), OFF (1), NGRAM (2) or DRAFT_MODEL (3)"));
   }
-  if (spec.has_tree_budget()) r.tree_budget = spec.tree_budget();
-  if (spec.has_max_depth()) r.max_depth = spec.max_depth();
+  r.spec.tree_budget = spec.tree_budget();  // absent reads 0: unset, as an explicit 0
+  r.spec.max_depth = spec.max_depth();
   return r;
 }
 
@@ -127,6 +129,19 @@ v1::GenerateResponse ToProto(const GenerationUpdate& update, const std::string& 
   p->set_forward_ms(s.forward_ms);
   p->set_host_ms(s.host_ms);
   return out;
+}
+
+DrafterDescription FromProto(const v1::DrafterInfo& proto) {
+  DrafterDescription d;
+  d.id = proto.drafter_id();
+  d.spec.defaults = FromProto(proto.defaults());
+  d.spec.max = FromProto(proto.max());
+  for (int mode : proto.modes()) {
+    if (mode == v1::SPECULATION_MODE_NGRAM) d.modes.push_back(SpecMode::kNgram);
+    if (mode == v1::SPECULATION_MODE_DRAFT_MODEL) d.modes.push_back(SpecMode::kDraftModel);
+  }
+  std::sort(d.modes.begin(), d.modes.end());
+  return d;
 }
 
 }  // namespace treespec

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "common/model/sampling.h"
+#include "common/tree/spec_limits.h"
 
 namespace treespec {
 
@@ -38,8 +39,8 @@ inline const char* FinishReasonName(FinishReason r) {
   return "?";
 }
 
-// Optional fields are what the client set; Engine::Validate fills the defaults, so after it
-// every optional has a value.
+// Optional fields (and `spec`'s zeros) are what the client left unset; Engine::Validate fills
+// the defaults, so after it every optional has a value.
 struct GenerationRequest {
   std::string id;
   std::vector<int32_t> prompt;        // [prompt_len] token ids
@@ -51,8 +52,8 @@ struct GenerationRequest {
   bool ignore_eos = false;
   bool return_text = false;
   SpecMode spec_mode = SpecMode::kOff;
-  std::optional<int> tree_budget;  // drafted nodes per step (bonus excluded)
-  std::optional<int> max_depth;
+  // As the client set them, 0 = unset; Validate resolves them (tree budget and depth set).
+  SpecLimits spec;
 };
 
 struct SpecStats {

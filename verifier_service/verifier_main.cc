@@ -14,6 +14,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -47,9 +48,10 @@ ABSL_FLAG(int, max_queue, 1024, "waiting requests beyond this get RESOURCE_EXHAU
 ABSL_FLAG(int, kv_pages, 0, "KV-cache pages; 0 = max_batch full contexts");
 ABSL_FLAG(int, kv_page_size, 16, "tokens per KV-cache page");
 ABSL_FLAG(int, context_length, 0, "served context; 0 = the model's max_position_embeddings");
-ABSL_FLAG(int, tree_budget, 16, "default drafted nodes per step");
-ABSL_FLAG(int, max_depth, 8, "default deepest drafted node");
-ABSL_FLAG(int, max_tree_budget, 256, "largest tree_budget a request may ask for");
+ABSL_FLAG(int, tree_budget, 16,
+          "drafted nodes per step for requests that set none (lowered to what the drafters "
+          "serve; the largest a request may ask for is the drafters' --max_tree_budget)");
+ABSL_FLAG(int, max_depth, 8, "deepest drafted node for requests that set none");
 ABSL_FLAG(int, max_new_tokens, 256, "default max_new_tokens");
 ABSL_FLAG(int, max_new_tokens_limit, 0,
           "largest max_new_tokens a request may ask for (more is INVALID_ARGUMENT; reported by "
@@ -153,15 +155,16 @@ absl::StatusOr<Loaded> Load(const treespec::EngineOptions& opts) {
 
 int main(int argc, char** argv) {
   treespec::BlockShutdownSignals();
+  absl::SetProgramUsageMessage(
+      "Serves treespec.v1.Generation: the target model, verifying drafted trees.");
   absl::ParseCommandLine(argc, argv);
   using treespec::LogLevel;
   treespec::EngineOptions opts;
   opts.max_batch = absl::GetFlag(FLAGS_max_batch);
   opts.max_queue = absl::GetFlag(FLAGS_max_queue);
   opts.context_length = absl::GetFlag(FLAGS_context_length);
-  opts.default_tree_budget = absl::GetFlag(FLAGS_tree_budget);
-  opts.default_max_depth = absl::GetFlag(FLAGS_max_depth);
-  opts.max_tree_budget = absl::GetFlag(FLAGS_max_tree_budget);
+  opts.spec.defaults.tree_budget = absl::GetFlag(FLAGS_tree_budget);
+  opts.spec.defaults.max_depth = absl::GetFlag(FLAGS_max_depth);
   opts.default_max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
   opts.max_new_tokens_limit = absl::GetFlag(FLAGS_max_new_tokens_limit);
   opts.draft_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_draft_timeout_ms));

@@ -91,14 +91,13 @@ void CheckValidated(const Server& server, const GenerationRequest& r) {
   for (const std::string& s : r.stop_strings) {
     FUZZ_CHECK(!s.empty() && s.size() <= kMaxStopStringBytes, s);
   }
-  FUZZ_CHECK(
-      r.tree_budget.has_value() && *r.tree_budget >= 1 && *r.tree_budget <= o.max_tree_budget,
-      absl::StrCat("tree_budget ", r.tree_budget.value_or(-1)));
-  FUZZ_CHECK(r.max_depth.has_value() && *r.max_depth >= 1 && *r.max_depth <= o.max_depth_limit,
-             absl::StrCat("max_depth ", r.max_depth.value_or(-1)));
+  FUZZ_CHECK(r.spec.tree_budget >= 1 && r.spec.tree_budget <= o.spec.max.tree_budget,
+             absl::StrCat("tree_budget ", r.spec.tree_budget));
+  FUZZ_CHECK(r.spec.max_depth >= 1 && r.spec.max_depth <= o.spec.max.max_depth,
+             absl::StrCat("max_depth ", r.spec.max_depth));
   // Admission promises the worst case: prompt + output + one tree.
   const PagedKvCache& cache = server.model->kv_cache();
-  const int64_t slots = int64_t{prompt_len} + *r.max_new_tokens + *r.tree_budget + 1;
+  const int64_t slots = int64_t{prompt_len} + *r.max_new_tokens + r.spec.tree_budget + 1;
   FUZZ_CHECK((slots + cache.page_size() - 1) / cache.page_size() <= cache.num_pages(),
              absl::StrCat(slots, " slots"));
 }

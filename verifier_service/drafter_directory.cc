@@ -1,0 +1,35 @@
+#include "verifier_service/drafter_directory.h"
+
+#include <algorithm>
+
+namespace treespec {
+
+bool DrafterDirectory::Heard(const DrafterDescription& drafter, absl::Time now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // Forget the ones past the ttl here too, so a pool of restarting drafters stays bounded.
+  absl::erase_if(drafters_, [&](const auto& entry) { return now - entry.second.heard > ttl_; });
+  auto [it, inserted] = drafters_.try_emplace(drafter.id, Entry{drafter, now});
+  if (inserted) return true;
+  Entry& known = it->second;
+  const bool changed = known.drafter.spec.defaults != drafter.spec.defaults ||
+                       known.drafter.spec.max != drafter.spec.max ||
+                       known.drafter.modes != drafter.modes;
+  known = Entry{drafter, now};
+  return changed;
+}
+
+DrafterPoolInfo DrafterDirectory::Pool(absl::Time now) const {
+  DrafterPoolInfo pool;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, entry] : drafters_) {
+    if (now - entry.heard > ttl_) continue;
+    ++pool.drafters;
+    pool.max = MaxSpecLimits(pool.max, entry.drafter.spec.max);
+    pool.modes.insert(pool.modes.end(), entry.drafter.modes.begin(), entry.drafter.modes.end());
+  }
+  std::sort(pool.modes.begin(), pool.modes.end());
+  pool.modes.erase(std::unique(pool.modes.begin(), pool.modes.end()), pool.modes.end());
+  return pool;
+}
+
+}  // namespace treespec
