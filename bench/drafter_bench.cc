@@ -264,6 +264,13 @@ absl::StatusOr<Result> OverGrpc(const std::string& name, v1::Drafter::Stub& stub
   open.mutable_open()->set_tree_budget(absl::GetFlag(FLAGS_tree_budget));
   open.mutable_open()->set_max_depth(absl::GetFlag(FLAGS_max_depth));
   stream->Write(open);
+  // The session's first answer states its limits (DraftOpened); trees follow, one per commit.
+  v1::DraftResponse opened;
+  if (!stream->Read(&opened) || !opened.has_opened()) {
+    stream->WritesDone();
+    const grpc::Status status = stream->Finish();
+    return absl::InternalError(absl::StrCat("no DraftOpened answer: ", status.error_message()));
+  }
   const int steps = absl::GetFlag(FLAGS_steps);
   std::vector<int32_t> tokens, parents;
   int64_t nodes = 0, emitted_total = 0;
