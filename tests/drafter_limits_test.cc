@@ -107,7 +107,7 @@ TEST_F(DrafterLimitsTest, VerifierServesWhatItsDraftersStateAndRefusesMore) {
                         "--max_tree_budget of the 2 drafter(s)"));
 
   // Budget 16: sessions alternate over both drafters; those on the small one run at its 4.
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < 8; ++i) {
     const Outcome off = Generate(verifier->stub(), Request(i, v1::SPECULATION_MODE_OFF, 0));
     const Outcome spec = Generate(verifier->stub(), Request(i, v1::SPECULATION_MODE_NGRAM, 16));
     ASSERT_TRUE(off.status.ok()) << off.status.error_message();

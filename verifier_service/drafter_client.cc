@@ -355,9 +355,13 @@ GrpcDraftSource::GrpcDraftSource(const std::string& target,
       options_(options),
       link_(std::make_shared<DrafterLinkState>(target)),
       directory_(std::make_shared<DrafterDirectory>(options.info_ttl)),
-      channel_(HealthCheckedChannel(target, std::move(credentials), LinkArguments(options))),
+      channel_(HealthCheckedChannel(target, credentials, LinkArguments(options))),
       stub_(v1::Drafter::NewStub(channel_)) {
   if (options_.info_period > absl::ZeroDuration()) {
+    // A channel of its own: its round-robin turns are not the sessions', so polling never
+    // skews how sessions spread over the drafters.
+    info_stub_ = v1::Drafter::NewStub(
+        HealthCheckedChannel(target, std::move(credentials), LinkArguments(options)));
     info_poller_ = std::thread([this] { PollInfo(); });
   }
 }
@@ -385,7 +389,7 @@ void GrpcDraftSource::PollInfo() {
     info_call_ = &context;
     lock.unlock();
     v1::DrafterInfo info;
-    const grpc::Status status = stub_->GetInfo(&context, v1::DrafterInfoRequest(), &info);
+    const grpc::Status status = info_stub_->GetInfo(&context, v1::DrafterInfoRequest(), &info);
     if (status.ok()) {
       heard = true;
       HearDrafter(*directory_, info, target_);

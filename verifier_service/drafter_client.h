@@ -79,6 +79,7 @@ class GrpcDraftSource final : public DraftSource {
   std::shared_ptr<DrafterDirectory> directory_;  // shared with the sessions, as link_
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Drafter::Stub> stub_;
+  std::unique_ptr<v1::Drafter::Stub> info_stub_;  // GetInfo's own channel; null: no polling
   std::atomic<ServingMetrics*> metrics_{nullptr};
   std::mutex poll_mu_;
   std::condition_variable poll_cv_;           // with poll_mu_: wakes the poller to stop
