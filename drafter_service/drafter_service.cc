@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "common/rpc/spec_limits_proto.h"
 #include "common/rpc/status_conversion.h"
+#include "common/tokenizer/utf8.h"
 #include "common/tree/token_tree.h"
 #include "common/util/log.h"
 
@@ -238,7 +239,17 @@ class DrafterService::SessionReactor final
 
   absl::Status AcceptOpenLocked(const v1::DraftOpen& open) {
     const DrafterServiceOptions& options = service_->options_;
-    if (!open.request_id().empty()) request_id_ = open.request_id();
+    const std::string& id = open.request_id();
+    if (id.size() > kMaxDraftRequestIdBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("open.request_id has ", id.size(),
+                                                     " bytes; at most ", kMaxDraftRequestIdBytes,
+                                                     " are allowed"));
+    }
+    if (const size_t at = utf8::FindInvalid(id); at != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("open.request_id is not valid UTF-8 (byte ", at, ")"));
+    }
+    if (!id.empty()) request_id_ = id;
     switch (open.mode()) {
       case v1::SPECULATION_MODE_AUTO:
         kind_ = options.default_kind;

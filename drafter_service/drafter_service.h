@@ -22,14 +22,18 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/tree/spec_limits.h"
+#include "common/util/worker_pool.h"
 #include "drafter_service/drafter.h"
 #include "drafter_service/drafter_metrics.h"
-#include "drafter_service/worker_pool.h"
 #include "treespec/v1/drafter.grpc.pb.h"
 
 namespace treespec {
 
 enum class DrafterKind { kNgram, kDraftModel };
+
+// A session's request id (logged with every line of it): at most this many bytes of UTF-8, the
+// verifier's own limit on request ids (kMaxRequestIdBytes), so any id it accepts passes.
+inline constexpr size_t kMaxDraftRequestIdBytes = 256;
 
 struct DrafterServiceOptions {
   DrafterKind default_kind = DrafterKind::kNgram;  // what SPECULATION_MODE_AUTO gets

@@ -116,7 +116,6 @@ class DrafterServiceTest : public ::testing::Test {
     return response.opened();
   }
 
-
   DrafterMetrics metrics_;  // before service_: outlives it
   std::unique_ptr<DrafterService> service_;
   std::unique_ptr<grpc::Server> server_;
@@ -267,6 +266,18 @@ TEST_F(DrafterServiceTest, BadLimitsAndTokenIds) {
   EXPECT_THAT(status.error_message(),
               HasSubstr("limits must be >= 0 (0 = the drafter's default); got tree_budget unset, "
                         "max_depth -1"));
+
+  // Request ids: at most 256 bytes of UTF-8 (every log line of the session carries the id).
+  v1::DraftRequest long_id = Open({1, 2});
+  long_id.mutable_open()->set_request_id(std::string(kMaxDraftRequestIdBytes + 1, 'i'));
+  status = ExpectFailure(long_id);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("open.request_id has 257 bytes; at most 256"));
+  v1::DraftRequest bad_utf8 = Open({1, 2});
+  bad_utf8.mutable_open()->set_request_id("ok\xff\xfe");
+  status = ExpectFailure(bad_utf8);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("open.request_id is not valid UTF-8 (byte 2)"));
 
   status = ExpectFailure(Open({1, 2, 5000}));
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);

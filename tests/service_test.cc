@@ -196,6 +196,14 @@ TEST_F(ServiceTest, BadInputGetsActionableStatusAndServerKeepsServing) {
       {"unknown mode",
        [](auto& r) { r.mutable_speculation()->set_mode(static_cast<v1::SpeculationMode>(42)); },
        grpc::INVALID_ARGUMENT, "speculation.mode 42 is not a known mode"},
+      {"request_id not UTF-8", [](auto& r) { r.set_request_id("id-\xc3\x28"); },
+       grpc::INVALID_ARGUMENT, "request_id is not valid UTF-8 (byte 3 of 5)"},
+      {"stop string not UTF-8",
+       [](auto& r) {
+         r.mutable_sampling()->add_stop_strings("fine");
+         r.mutable_sampling()->add_stop_strings("\xed\xa0\x80");  // a surrogate's encoding
+       },
+       grpc::INVALID_ARGUMENT, "sampling.stop_strings[1] is not valid UTF-8 (byte 0 of 3)"},
       {"tree budget -1", [](auto& r) { r.mutable_speculation()->set_tree_budget(-1); },
        grpc::INVALID_ARGUMENT, "tree_budget must be in [1, 256]"},
       {"tree budget huge", [](auto& r) { r.mutable_speculation()->set_tree_budget(1 << 30); },

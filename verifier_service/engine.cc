@@ -134,6 +134,7 @@ absl::Status Engine::Validate(GenerationRequest& r) const {
     }
   } else {
     r.max_new_tokens = std::min(options_.default_max_new_tokens, context - prompt_len);
+    r.length_is_context = options_.default_max_new_tokens > context - prompt_len;
   }
   const float t = r.sampling.temperature;
   if (!std::isfinite(t) || t < 0) {
@@ -574,7 +575,9 @@ void Engine::ApplyResult(Active& a, const SeqTree& t, StepResult result, const S
     const int accepted = static_cast<int>(result.path.size()) - 1;
     a.committed_len += accepted + 1;
     ++a.step;
-    if (a.draft != nullptr) RecordSpecStats(a, t, accepted);
+    // Every request's steps count, speculation off included (each a step without a draft), so
+    // its mean acceptance length is 1.0 rather than undefined.
+    RecordSpecStats(a, t, accepted);
   }
   a.bonus = emitted.back();
   GenerationUpdate update = a.output->Append(emitted);

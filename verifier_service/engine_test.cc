@@ -91,6 +91,36 @@ TEST_F(EngineTest, PlainDecodingIsDeterministicAndFullLength) {
   EXPECT_EQ(a, b);
 }
 
+// Speculation off counts its verify steps as every mode does (each without a draft): a 48-token
+// request runs 47 after prefill, mean acceptance length 1.0, no drafts.
+TEST_F(EngineTest, SpeculationOffCountsItsSteps) {
+  Engine engine(target_.get(), nullptr, nullptr, EngineOptions());
+  const GenerationUpdate out = RunToEnd(engine, Request(Prompt(1), SpecMode::kOff));
+  ASSERT_TRUE(out.status.ok()) << out.status;
+  EXPECT_EQ(out.stats.steps, 47);
+  EXPECT_EQ(out.stats.fallback_steps, 47);
+  EXPECT_EQ(out.stats.drafted_tokens, 0);
+  EXPECT_DOUBLE_EQ(out.stats.MeanAcceptanceLength(), 1.0);
+}
+
+// A request that set no max_new_tokens and fills the context ends with CONTEXT; one that asked
+// for exactly the room left ends with LENGTH, its own limit.
+TEST_F(EngineTest, AnUnsetLengthThatFillsTheContextEndsWithContext) {
+  EngineOptions options;
+  options.context_length = 100;
+  Engine engine(target_.get(), nullptr, nullptr, options);
+  GenerationRequest unset = Request(Prompt(2), SpecMode::kOff);  // 60 prompt tokens
+  unset.max_new_tokens.reset();
+  GenerationUpdate out = RunToEnd(engine, unset);
+  ASSERT_TRUE(out.status.ok()) << out.status;
+  EXPECT_EQ(out.finish_reason, FinishReason::kContext);
+  EXPECT_EQ(out.completion_tokens, 40);
+  out = RunToEnd(engine, Request(Prompt(2), SpecMode::kOff, 40));
+  ASSERT_TRUE(out.status.ok()) << out.status;
+  EXPECT_EQ(out.finish_reason, FinishReason::kLength);
+  EXPECT_EQ(out.completion_tokens, 40);
+}
+
 // Greedy and seeded sampling, with the ngram drafter at several budgets and depths.
 TEST_F(EngineTest, NgramSpeculationMatchesPlain) {
   NgramDrafterFactory factory{NgramOptions()};

@@ -12,31 +12,18 @@ namespace treespec {
 
 namespace {
 
-// One Generate call: validates and submits the request; its ResponseOutbox streams the updates.
+// One Generate call: converts, validates and submits the request on the service's admission
+// pool (tokenizing a long text must not hold a gRPC callback thread, which health checks need
+// too); its ResponseOutbox streams the updates. The call stays open (no Finish) until Admit has
+// run, so the reactor outlives its task.
 class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse>,
                               public ResponseWriter {
  public:
-  GenerateReactor(Engine* engine, const v1::GenerateRequest& request, const Tokenizer* tokenizer,
-                  int32_t bos, std::string request_id, ServingMetrics* metrics)
-      : engine_(engine) {
-    absl::StatusOr<GenerationRequest> converted =
-        FromProto(request, tokenizer, bos, std::move(request_id));
-    absl::Status status = converted.status();
-    if (status.ok()) status = engine_->Validate(*converted);
-    if (!status.ok()) {
-      Finish(ToGrpcStatus(status));
-      return;
-    }
-    outbox_ = std::make_shared<ResponseOutbox>(this, converted->id, metrics);
-    absl::StatusOr<uint64_t> handle = engine_->Submit(*std::move(converted), outbox_);
-    if (!handle.ok()) {
-      outbox_->Detach();
-      Finish(ToGrpcStatus(handle.status()));
-      return;
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    handle_ = *handle;
-    submitted_ = true;
+  GenerateReactor(const GenerationService::Admission& admission, const v1::GenerateRequest* request,
+                  std::string request_id)
+      : admission_(admission) {
+    admission_.pool->Submit(
+        [this, request, id = std::move(request_id)]() mutable { Admit(*request, std::move(id)); });
   }
 
   void Send(const v1::GenerateResponse* response) override { StartWrite(response); }
@@ -45,11 +32,13 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   void OnWriteDone(bool ok) override { outbox_->OnWriteDone(ok); }
 
   // The client cancelled, went away or passed its deadline: stop the request (frees its KV
-  // pages at the next step) and finish the call, which gRPC needs before it calls OnDone.
+  // pages at the next step) and finish the call, which gRPC needs before it calls OnDone. Before
+  // admission, Admit sees the flag and finishes the call itself.
   void OnCancel() override {
     std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
     if (!submitted_) return;
-    engine_->Cancel(handle_);
+    admission_.engine->Cancel(handle_);
     outbox_->Cancel();
   }
 
@@ -59,17 +48,45 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
     // way, make sure the request does not run on with nobody to read it (a no-op otherwise).
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (submitted_) engine_->Cancel(handle_);
+      if (submitted_) admission_.engine->Cancel(handle_);
     }
     delete this;
   }
 
  private:
-  Engine* engine_;
-  std::shared_ptr<ResponseOutbox> outbox_;
+  // On the admission pool. Every path ends the call or hands it to the engine, and touches
+  // nothing of the reactor after Finish (OnDone may delete it at once).
+  void Admit(const v1::GenerateRequest& request, std::string id) {
+    absl::StatusOr<GenerationRequest> converted =
+        FromProto(request, admission_.tokenizer, admission_.bos_token_id,
+                  admission_.engine->context_length() - 1, std::move(id));
+    absl::Status status = converted.status();
+    if (status.ok()) status = admission_.engine->Validate(*converted);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (cancelled_) {
+        status = absl::CancelledError("the call was cancelled before its request was admitted");
+      } else if (status.ok()) {
+        outbox_ = std::make_shared<ResponseOutbox>(this, converted->id, admission_.metrics);
+        absl::StatusOr<uint64_t> handle = admission_.engine->Submit(*std::move(converted), outbox_);
+        if (handle.ok()) {
+          handle_ = *handle;
+          submitted_ = true;
+          return;  // the outbox finishes the call
+        }
+        outbox_->Detach();
+        status = handle.status();
+      }
+    }
+    Finish(ToGrpcStatus(status));
+  }
+
+  const GenerationService::Admission admission_;
+  std::shared_ptr<ResponseOutbox> outbox_;  // set by Admit before the first write
   std::mutex mu_;
   uint64_t handle_ = 0;
   bool submitted_ = false;
+  bool cancelled_ = false;
 };
 
 // The answer while the model loads: the server listens early so health probes see NOT_SERVING.
@@ -100,6 +117,9 @@ void GenerationService::Activate(Engine* engine, const CausalLm* model, const To
   model_ = model;
   tokenizer_ = tokenizer;
   info_ = std::move(info);
+  admission_pool_ = std::make_unique<WorkerPool>(kAdmissionThreads);
+  admission_ =
+      Admission{engine, tokenizer, model->config().bos_token_id, metrics, admission_pool_.get()};
   active_.store(true, std::memory_order_release);
 }
 
@@ -117,8 +137,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
   }
   std::string id = request->request_id();
   if (id.empty()) id = absl::StrCat("req-", next_id_.fetch_add(1));
-  return new GenerateReactor(engine_, *request, tokenizer_, model_->config().bos_token_id,
-                             std::move(id), metrics_);
+  return new GenerateReactor(admission_, request, std::move(id));
 }
 
 grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerContext* context,

@@ -4,10 +4,13 @@
 #define TREESPEC_VERIFIER_SERVICE_GENERATION_SERVICE_H_
 
 #include <atomic>
+#include <cstdint>
+#include <memory>
 #include <string>
 
 #include "common/rpc/bearer_auth.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/util/worker_pool.h"
 #include "treespec/v1/generation.grpc.pb.h"
 #include "verifier_service/engine.h"
 #include "verifier_service/serving_metrics.h"
@@ -39,6 +42,18 @@ class GenerationService final : public v1::Generation::CallbackService {
   // the server starts. By default no token is needed.
   void RequireBearerTokens(BearerTokens tokens) { auth_ = std::move(tokens); }
 
+  // What a Generate call needs to admit its request, fixed by Activate.
+  struct Admission {
+    Engine* engine = nullptr;
+    const Tokenizer* tokenizer = nullptr;  // null: ids only
+    int32_t bos_token_id = -1;
+    ServingMetrics* metrics = nullptr;
+    WorkerPool* pool = nullptr;  // where requests are tokenized, validated and submitted
+  };
+  // Threads that tokenize and admit requests: a text's tokens cost about 1 µs each, far less
+  // than their prefill, so two keep up with any verifier and leave the cores to it.
+  static constexpr int kAdmissionThreads = 2;
+
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
@@ -56,6 +71,10 @@ class GenerationService final : public v1::Generation::CallbackService {
   const Tokenizer* tokenizer_ = nullptr;
   ServingMetrics* metrics_ = nullptr;
   ServiceInfo info_;
+  Admission admission_;
+  // Last but one: its threads finish the queued admissions (each ends or hands on its call)
+  // before the members above go; the server has shut down by then, so none is added.
+  std::unique_ptr<WorkerPool> admission_pool_;
   std::atomic<bool> active_{false};
   std::atomic<uint64_t> next_id_{1};
 };

@@ -60,7 +60,8 @@ GenerationUpdate OutputProcessor::Append(absl::Span<const int32_t> tokens) {
     }
     if (reason == FinishReason::kNone &&
         static_cast<int>(generated_.size()) >= request_.max_new_tokens) {
-      reason = FinishReason::kLength;
+      // The client asked for no length: the context, not a limit it set, ended the request.
+      reason = request_.length_is_context ? FinishReason::kContext : FinishReason::kLength;
     }
     finish_reason_ = reason;
   }

@@ -3,14 +3,29 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/tokenizer/utf8.h"
 
 namespace treespec {
 
 absl::StatusOr<GenerationRequest> FromProto(const v1::GenerateRequest& proto,
                                             const Tokenizer* tokenizer, int32_t bos_token_id,
-                                            std::string request_id) {
+                                            int max_prompt_tokens, std::string request_id) {
   GenerationRequest r;
   r.id = std::move(request_id);
+  // Checked here, not left to the parser: a bad `string` field would fail the call before the
+  // service sees it, with no message (the fields are bytes on the wire for that reason).
+  if (const size_t at = utf8::FindInvalid(r.id); at != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request_id is not valid UTF-8 (byte ", at, " of ", r.id.size(), ")"));
+  }
+  for (int i = 0; i < proto.sampling().stop_strings_size(); ++i) {
+    const std::string& stop = proto.sampling().stop_strings(i);
+    if (const size_t at = utf8::FindInvalid(stop); at != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("sampling.stop_strings[", i,
+                                                     "] is not valid UTF-8 (byte ", at, " of ",
+                                                     stop.size(), ")"));
+    }
+  }
   switch (proto.prompt_case()) {
     case v1::GenerateRequest::kText: {
       if (tokenizer == nullptr) {
@@ -18,11 +33,20 @@ absl::StatusOr<GenerationRequest> FromProto(const v1::GenerateRequest& proto,
             "this server has no tokenizer (no tokenizer.json in the model directory); send "
             "token_ids instead of text");
       }
-      absl::StatusOr<std::vector<int32_t>> ids = tokenizer->Encode(proto.text());
+      const bool bos = proto.add_bos() && bos_token_id >= 0;
+      const size_t max_text_tokens = std::max(0, max_prompt_tokens - (bos ? 1 : 0));
+      absl::StatusOr<std::vector<int32_t>> ids =
+          tokenizer->EncodeAtMost(proto.text(), max_text_tokens);
+      if (ids.status().code() == absl::StatusCode::kOutOfRange) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "text is longer than ", max_text_tokens, " tokens, but the context length is ",
+            max_prompt_tokens + 1, " (a prompt of at most ", max_prompt_tokens,
+            " tokens, BOS included); shorten it"));
+      }
       if (!ids.ok()) {
         return absl::InvalidArgumentError(absl::StrCat("text: ", ids.status().message()));
       }
-      if (proto.add_bos() && bos_token_id >= 0) r.prompt.push_back(bos_token_id);
+      if (bos) r.prompt.push_back(bos_token_id);
       r.prompt.insert(r.prompt.end(), ids->begin(), ids->end());
       break;
     }

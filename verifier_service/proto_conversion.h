@@ -16,10 +16,12 @@
 namespace treespec {
 
 // Reads the request (tokenizing text with `tokenizer`, which may be null for ids-only servers).
-// Field-level checks that need the model happen in Engine::Validate.
+// A text of more than `max_prompt_tokens` tokens is INVALID_ARGUMENT as soon as that is
+// certain, without tokenizing the rest. Field-level checks that need the model happen in
+// Engine::Validate.
 absl::StatusOr<GenerationRequest> FromProto(const v1::GenerateRequest& proto,
                                             const Tokenizer* tokenizer, int32_t bos_token_id,
-                                            std::string request_id);
+                                            int max_prompt_tokens, std::string request_id);
 
 // The mode a drafter session is opened with.
 v1::SpeculationMode ToProtoMode(SpecMode mode);

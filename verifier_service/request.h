@@ -45,8 +45,11 @@ struct GenerationRequest {
   std::string id;
   std::vector<int32_t> prompt;        // [prompt_len] token ids
   std::optional<int> max_new_tokens;  // > 0, prompt + max_new_tokens <= context
-  std::optional<float> top_p;         // (0, 1]; copied into sampling.top_p by Validate
-  SamplingConfig sampling;            // temperature, top_k, seed as sent
+  // Set by Validate when max_new_tokens was unset and the default did not fit: max_new_tokens is
+  // then the room left in the context, and reaching it ends the request with kContext.
+  bool length_is_context = false;
+  std::optional<float> top_p;  // (0, 1]; copied into sampling.top_p by Validate
+  SamplingConfig sampling;     // temperature, top_k, seed as sent
   std::vector<int32_t> stop_token_ids;
   std::vector<std::string> stop_strings;
   bool ignore_eos = false;

@@ -390,7 +390,8 @@ class HfTokenizer final : public Tokenizer {
   static absl::StatusOr<std::unique_ptr<HfTokenizer>> Build(TokenizerSpec spec,
                                                             std::string_view origin);
 
-  absl::StatusOr<std::vector<int32_t>> Encode(const std::string& text) const override;
+  absl::StatusOr<std::vector<int32_t>> EncodeAtMost(const std::string& text,
+                                                    size_t max_tokens) const override;
   absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const override;
   int vocab_size() const override { return vocab_size_; }
   int32_t TokenToId(const std::string& token) const override {
@@ -408,8 +409,10 @@ class HfTokenizer final : public Tokenizer {
         bpe_(std::move(bpe)) {}
 
   // Encodes text that holds no raw-matched added token: normalize, match the normalized added
-  // tokens, pre-tokenize and merge the rest.
-  absl::Status EncodeSegment(std::string_view text, std::vector<int32_t>* ids) const;
+  // tokens, pre-tokenize and merge the rest. Stops (OUT_OF_RANGE) once `ids` holds more than
+  // max_tokens.
+  absl::Status EncodeSegment(std::string_view text, size_t max_tokens,
+                             std::vector<int32_t>* ids) const;
 
   const bool nfc_;
   const AddedTokenMatcher raw_matcher_;         // added tokens with normalized == false
@@ -417,6 +420,7 @@ class HfTokenizer final : public Tokenizer {
   const PreTokenizer pre_tokenizer_;
   const std::unique_ptr<const BpeModel> bpe_;  // not movable: its cache holds mutexes
   int vocab_size_ = 0;                         // largest id + 1
+  size_t max_token_bytes_ = 1;                 // the most bytes any id decodes to
   // Id -> the bytes it decodes to, for the ids some token has. A hash map, not a vector
   // indexed by id: its memory follows the file's entries, whereas a table sized by the largest
   // id would make one id near 2^24 in a tiny file cost 0.6 GB at load. Refusing sparse ids instead
@@ -502,12 +506,24 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Build(TokenizerSpec sp
   for (const AddedToken& t : spec.added_tokens) {
     tokenizer->decoded_[t.id] = DecodedBytes(t.content);
   }
+  for (const auto& [id, bytes] : tokenizer->decoded_) {
+    tokenizer->max_token_bytes_ = std::max(tokenizer->max_token_bytes_, bytes.size());
+  }
   tokenizer->token_to_id_ = std::move(spec.vocab);
   for (const AddedToken& t : spec.added_tokens) tokenizer->token_to_id_[t.content] = t.id;
   return tokenizer;
 }
 
-absl::Status HfTokenizer::EncodeSegment(std::string_view text, std::vector<int32_t>* ids) const {
+namespace {
+
+absl::Status TooManyTokens(size_t max_tokens) {
+  return absl::OutOfRangeError(absl::StrFormat("text is longer than %d tokens", max_tokens));
+}
+
+}  // namespace
+
+absl::Status HfTokenizer::EncodeSegment(std::string_view text, size_t max_tokens,
+                                        std::vector<int32_t>* ids) const {
   std::string normalized;
   if (nfc_) {
     ASSIGN_OR_RETURN(normalized, unicode::NormalizeNfc(text));
@@ -523,17 +539,22 @@ absl::Status HfTokenizer::EncodeSegment(std::string_view text, std::vector<int32
   for (const TextSegment& segment : segments) {
     if (segment.token_id >= 0) {
       ids->push_back(segment.token_id);
+      if (ids->size() > max_tokens) return TooManyTokens(max_tokens);
       continue;
     }
     pieces.clear();
     RETURN_IF_ERROR(
         pre_tokenizer_.Split(text.substr(segment.begin, segment.end - segment.begin), &pieces));
-    for (const std::string& piece : pieces) bpe_->Encode(piece, ids);
+    for (const std::string& piece : pieces) {
+      bpe_->Encode(piece, ids);
+      if (ids->size() > max_tokens) return TooManyTokens(max_tokens);
+    }
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<int32_t>> HfTokenizer::Encode(const std::string& text) const {
+absl::StatusOr<std::vector<int32_t>> HfTokenizer::EncodeAtMost(const std::string& text,
+                                                               size_t max_tokens) const {
   const size_t bad = utf8::FindInvalid(text);
   if (bad != std::string_view::npos) {
     const bool truncated = utf8::Decode(text, bad).kind == utf8::StepKind::kIncomplete;
@@ -542,16 +563,26 @@ absl::StatusOr<std::vector<int32_t>> HfTokenizer::Encode(const std::string& text
                         truncated ? "truncated character" : "ill-formed sequence", bad,
                         static_cast<uint8_t>(text[bad])));
   }
+  // Every id stands for at most max_token_bytes_ bytes of the normalized text, and NFC makes a
+  // text at most 3 times shorter (Hangul jamo: L, V and T, 3 bytes each, compose to one 3-byte
+  // syllable), so a longer text has more than max_tokens ids whatever it holds.
+  const size_t shrink = nfc_ ? 3 : 1;
+  if (max_tokens < std::numeric_limits<size_t>::max() / (shrink * max_token_bytes_) &&
+      text.size() > shrink * max_token_bytes_ * max_tokens) {
+    return TooManyTokens(max_tokens);
+  }
   std::vector<int32_t> ids;
-  ids.reserve(text.size() / 3 + 1);
+  ids.reserve(std::min(text.size() / 3, max_tokens) + 1);
   std::vector<TextSegment> segments;
   raw_matcher_.Split(text, &segments);
   for (const TextSegment& segment : segments) {
     if (segment.token_id >= 0) {
       ids.push_back(segment.token_id);
+      if (ids.size() > max_tokens) return TooManyTokens(max_tokens);
     } else {
-      RETURN_IF_ERROR(EncodeSegment(
-          std::string_view(text).substr(segment.begin, segment.end - segment.begin), &ids));
+      RETURN_IF_ERROR(
+          EncodeSegment(std::string_view(text).substr(segment.begin, segment.end - segment.begin),
+                        max_tokens, &ids));
     }
   }
   return ids;

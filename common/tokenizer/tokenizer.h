@@ -3,6 +3,7 @@
 #define TREESPEC_COMMON_TOKENIZER_TOKENIZER_H_
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -20,7 +21,14 @@ class Tokenizer {
   // Text -> ids as HF `tokenizer.encode(text, add_special_tokens=False)` does: added/special
   // tokens in the text are matched first, the rest pre-tokenized and BPE-merged.
   // INVALID_ARGUMENT for text that is not valid UTF-8 (with the byte offset).
-  virtual absl::StatusOr<std::vector<int32_t>> Encode(const std::string& text) const = 0;
+  absl::StatusOr<std::vector<int32_t>> Encode(const std::string& text) const {
+    return EncodeAtMost(text, std::numeric_limits<size_t>::max());
+  }
+  // Encode, but OUT_OF_RANGE as soon as the ids are certainly more than `max_tokens`: the
+  // work stops there, so a text far over a server's context costs about what max_tokens ids
+  // do, not what the whole text would.
+  virtual absl::StatusOr<std::vector<int32_t>> EncodeAtMost(const std::string& text,
+                                                            size_t max_tokens) const = 0;
 
   // Ids -> bytes (UTF-8 when the ids form complete characters). Special tokens included.
   // INVALID_ARGUMENT for ids outside [0, vocab_size).

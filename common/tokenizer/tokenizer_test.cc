@@ -16,7 +16,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/tokenizer/utf8.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace treespec {
@@ -24,6 +26,7 @@ namespace {
 
 using Json = nlohmann::json;
 using Ids = std::vector<int32_t>;
+using ::testing::HasSubstr;
 
 // GPT-2's bytes_to_unicode written out again from the Python original, independently of
 // byte_level.cc, so that the vocabulary below does not trust the code under test.
@@ -165,6 +168,28 @@ TEST_F(TokenizerTest, VocabAndTokenLookup) {
   EXPECT_EQ(tokenizer_->TokenToId("hello world"), 271);
   EXPECT_EQ(tokenizer_->TokenToId(" hello"), -1);  // token strings are byte-level spellings
   EXPECT_EQ(tokenizer_->TokenToId("nope"), -1);
+}
+
+// EncodeAtMost equals Encode up to the bound and is OUT_OF_RANGE past it, including for a text
+// refused by its length alone (every id stands for at most the longest token's bytes).
+TEST_F(TokenizerTest, EncodeAtMostStopsOnceTheTextIsCertainlyLonger) {
+  const std::string text = "hello help <|endoftext|> the aaa";
+  const Ids all = MustEncode(*tokenizer_, text);
+  ASSERT_GT(all.size(), 4u);
+  absl::StatusOr<Ids> within = tokenizer_->EncodeAtMost(text, all.size());
+  ASSERT_TRUE(within.ok()) << within.status();
+  EXPECT_EQ(*within, all);
+  for (size_t max : {size_t{0}, size_t{2}, all.size() - 1}) {
+    const absl::StatusOr<Ids> over = tokenizer_->EncodeAtMost(text, max);
+    EXPECT_EQ(over.status().code(), absl::StatusCode::kOutOfRange) << max;
+    EXPECT_THAT(over.status().message(), HasSubstr(absl::StrCat("longer than ", max, " tokens")));
+  }
+  const std::string far(1 << 20, 'x');
+  EXPECT_EQ(tokenizer_->EncodeAtMost(far, 1000).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(tokenizer_->EncodeAtMost("", 0).value(), Ids{});
+  // Invalid UTF-8 is still named as such, whatever the bound.
+  EXPECT_EQ(tokenizer_->EncodeAtMost("a\xff", 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(TokenizerTest, EncodesByMergeRank) {

@@ -1,4 +1,4 @@
-#include "drafter_service/worker_pool.h"
+#include "common/util/worker_pool.h"
 
 #include <algorithm>
 #include <utility>

@@ -1,8 +1,9 @@
-// A fixed pool of threads running submitted tasks in FIFO order. Drafting runs here so gRPC's
-// callback threads only move messages; each session keeps at most one task queued at a time,
-// which makes its work serial and lets sessions take turns fairly.
-#ifndef TREESPEC_DRAFTER_SERVICE_WORKER_POOL_H_
-#define TREESPEC_DRAFTER_SERVICE_WORKER_POOL_H_
+// A fixed pool of threads running submitted tasks in FIFO order, so gRPC's callback threads
+// (which also answer health checks) only move messages: the drafter drafts here (each session
+// keeping at most one task queued, so sessions take turns), the verifier tokenizes and admits
+// requests here.
+#ifndef TREESPEC_COMMON_UTIL_WORKER_POOL_H_
+#define TREESPEC_COMMON_UTIL_WORKER_POOL_H_
 
 #include <condition_variable>
 #include <deque>
@@ -36,4 +37,4 @@ class WorkerPool {
 
 }  // namespace treespec
 
-#endif  // TREESPEC_DRAFTER_SERVICE_WORKER_POOL_H_
+#endif  // TREESPEC_COMMON_UTIL_WORKER_POOL_H_
