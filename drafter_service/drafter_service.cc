@@ -111,7 +111,7 @@ absl::Status ValidateDrafterServiceOptions(const DrafterServiceOptions& options,
 // gRPC never runs a reaction inline from them, and OnDone takes mu_ before deleting, so no
 // thread can touch the reactor after it is gone.
 class DrafterService::SessionReactor final
-    : public grpc::ServerBidiReactor<v1::DraftRequest, v1::DraftResponse> {
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   explicit SessionReactor(DrafterService* service) : service_(service) {
     const int active = ++service_->active_sessions_;
@@ -125,7 +125,7 @@ class DrafterService::SessionReactor final
     }
     std::lock_guard<std::mutex> lock(mu_);
     last_heard_ = absl::Now();
-    StartRead(&request_);
+    StartRead(&read_buffer_);
   }
 
   // Reaper thread, under the service's sessions_mu_: ends the session if its verifier has been
@@ -150,9 +150,11 @@ class DrafterService::SessionReactor final
       read_closed_ = true;  // half-close (or the call is over)
     } else if (!failed_ && !cancelled_) {
       last_heard_ = absl::Now();
-      absl::Status status = AcceptLocked();
+      ++messages_read_;
+      absl::Status status = ParseLocked();
+      if (status.ok()) status = AcceptLocked();
       if (status.ok()) {
-        StartRead(&request_);
+        StartRead(&read_buffer_);
       } else {
         read_closed_ = true;
         FailLocked(std::move(status));
@@ -205,6 +207,17 @@ class DrafterService::SessionReactor final
     int64_t step = 0;
     std::vector<int32_t> tokens;  // the prompt for open, the emitted tokens for a commit
   };
+
+  // The message just read, into request_.
+  absl::Status ParseLocked() {
+    request_.Clear();
+    const grpc::Status parsed =
+        grpc::SerializationTraits<v1::DraftRequest>::Deserialize(&read_buffer_, &request_);
+    if (parsed.ok()) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("message ", messages_read_,
+                                                   " of the Draft stream is not a DraftRequest (",
+                                                   parsed.error_message(), "); the session ends"));
+  }
 
   // Validates request_ and queues its work.
   absl::Status AcceptLocked() {
@@ -315,8 +328,17 @@ class DrafterService::SessionReactor final
     if (finished_) return;
     const bool dead = failed_ || cancelled_ || write_failed_;
     if (!writing_ && !writes_.empty() && !dead) {
-      current_write_ = std::move(writes_.front());
+      bool own_buffer = false;
+      current_write_.Clear();
+      const grpc::Status serialized = grpc::SerializationTraits<v1::DraftResponse>::Serialize(
+          writes_.front(), &current_write_, &own_buffer);
       writes_.pop_front();
+      if (!serialized.ok()) {
+        FailLocked(absl::InternalError(
+            absl::StrCat("could not serialize a DraftResponse: ", serialized.error_message())));
+        AdvanceLocked();
+        return;
+      }
       writing_ = true;
       StartWrite(&current_write_);
     }
@@ -422,8 +444,10 @@ class DrafterService::SessionReactor final
   int64_t serial_ = 0;
 
   std::mutex mu_;
-  v1::DraftRequest request_;         // target of the outstanding read
-  v1::DraftResponse current_write_;  // the outstanding write
+  grpc::ByteBuffer read_buffer_;  // target of the outstanding read
+  int64_t messages_read_ = 0;
+  v1::DraftRequest request_;        // the message read last, parsed
+  grpc::ByteBuffer current_write_;  // the outstanding write, serialized
   std::deque<v1::DraftResponse> writes_;
   std::deque<Work> queue_;
   bool opened_ = false;
@@ -486,7 +510,7 @@ void DrafterService::ReapIdleSessions() {
   }
 }
 
-grpc::ServerBidiReactor<v1::DraftRequest, v1::DraftResponse>* DrafterService::Draft(
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* DrafterService::Draft(
     grpc::CallbackServerContext* /*context*/) {
   return new SessionReactor(this);
 }

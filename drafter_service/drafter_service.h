@@ -53,7 +53,11 @@ struct DrafterServiceOptions {
 absl::Status ValidateDrafterServiceOptions(const DrafterServiceOptions& options, bool have_ngram,
                                            bool have_draft_model);
 
-class DrafterService final : public v1::Drafter::CallbackService {
+// Draft is a raw method (ByteBuffers, parsed here): gRPC's own parsing would end the stream at an
+// undecodable message as if the verifier had half-closed, with status OK; this way it ends with
+// INVALID_ARGUMENT saying which message did not parse.
+class DrafterService final : public v1::Drafter::WithRawCallbackMethod_Draft<
+                                 v1::Drafter::WithCallbackMethod_GetInfo<v1::Drafter::Service>> {
  public:
   // `draft_model` may be null (ngram only). The factories must be thread-safe. `metrics` (may
   // be null) must outlive the service.
@@ -64,7 +68,7 @@ class DrafterService final : public v1::Drafter::CallbackService {
   DrafterService(const DrafterService&) = delete;
   DrafterService& operator=(const DrafterService&) = delete;
 
-  grpc::ServerBidiReactor<v1::DraftRequest, v1::DraftResponse>* Draft(
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Draft(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* context,
                                     const v1::DrafterInfoRequest* request,

@@ -1,6 +1,7 @@
 // The Drafter service over real gRPC on loopback: an in-process server on port 0.
 #include "drafter_service/drafter_service.h"
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
@@ -202,6 +203,58 @@ TEST_F(DrafterServiceTest, AutoUsesDefaultsAndHalfCloseFlushesPendingCommits) {
   EXPECT_EQ(FromProto(responses[0].opened().limits()), (SpecLimits{16, 8, 0}));
   for (int step = 0; step < 3; ++step) EXPECT_EQ(responses[step + 1].tree().step(), step);
   EXPECT_EQ(responses[3].tree().tokens_size(), 8);
+}
+
+// A message whose bytes are not a DraftRequest ends the stream with INVALID_ARGUMENT naming the
+// message, after what came before it was answered: not with OK, which would read as the
+// verifier's own half-close and leave its later commits unanswered without an error.
+TEST_F(DrafterServiceTest, AnUndecodableMessageEndsTheStreamWithInvalidArgument) {
+  Start(false);
+  grpc::GenericStub generic(channel_);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  int next_tag = 0;
+  auto wait = [&] {
+    void* tag = nullptr;
+    bool ok = false;
+    EXPECT_TRUE(cq.Next(&tag, &ok));
+    return ok;
+  };
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
+      generic.PrepareCall(&ctx, "/treespec.v1.Drafter/Draft", &cq);
+  call->StartCall(&next_tag);
+  ASSERT_TRUE(wait());
+  auto serialize = [](const v1::DraftRequest& message) {
+    grpc::ByteBuffer buffer;
+    bool own = false;
+    EXPECT_TRUE(
+        grpc::SerializationTraits<v1::DraftRequest>::Serialize(message, &buffer, &own).ok());
+    return buffer;
+  };
+  const std::vector<int32_t> prompt = Repetitive(30, 4);
+  call->Write(serialize(Open(prompt)), &next_tag);
+  ASSERT_TRUE(wait());
+  call->Write(serialize(Commit(0, {prompt[2]})), &next_tag);
+  ASSERT_TRUE(wait());
+  const char garbage[] = "\xff\xff\xff\xff";  // a field tag that never ends
+  grpc::Slice slice(garbage, sizeof(garbage) - 1);
+  call->Write(grpc::ByteBuffer(&slice, 1), &next_tag);
+  wait();  // may fail once the drafter has ended the stream
+  call->WritesDone(&next_tag);
+  wait();
+  int answers = 0;
+  for (grpc::ByteBuffer response;; ++answers) {
+    call->Read(&response, &next_tag);
+    if (!wait()) break;
+  }
+  EXPECT_LE(answers, 2);  // DraftOpened and, if drafted before the garbage, the first tree
+  grpc::Status status;
+  call->Finish(&status, &next_tag);
+  ASSERT_TRUE(wait());
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("message 3 of the Draft stream is not a DraftRequest"));
+  EXPECT_TRUE(WaitForNoSessions());
 }
 
 TEST_F(DrafterServiceTest, FirstMessageMustBeOpen) {

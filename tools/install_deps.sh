@@ -6,6 +6,7 @@ pkgs=(cmake g++ make pkg-config libgrpc++-dev protobuf-compiler-grpc libprotobuf
   protobuf-compiler libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
   libopenblas-dev libpcre2-dev libicu-dev prometheus-cpp-dev libcivetweb-dev python3
   python3-yaml python3-jsonschema  # tests/deploy's manifest checker
+  python3-grpcio python3-protobuf  # clients/python and its test
   openssl)  # tls_test makes its certificates with it
 pkgs+=("$@")
 missing=()
