@@ -75,6 +75,12 @@ void CheckValidated(const Server& server, const GenerationRequest& r) {
   const int context = engine.context_length();
   const int prompt_len = static_cast<int>(r.prompt.size());
   FUZZ_CHECK(prompt_len > 0 && prompt_len < context, absl::StrCat(prompt_len));
+  // The bytes fields a client may fill with anything: valid UTF-8 once admitted.
+  FUZZ_CHECK(r.id.size() <= kMaxRequestIdBytes && utf8::FindInvalid(r.id) == std::string::npos,
+             "request_id");
+  for (const std::string& stop : r.stop_strings) {
+    FUZZ_CHECK(utf8::FindInvalid(stop) == std::string::npos, "stop string not UTF-8");
+  }
   for (int32_t id : r.prompt) FUZZ_CHECK(id >= 0 && id < vocab, absl::StrCat("prompt id ", id));
   FUZZ_CHECK(r.max_new_tokens.has_value() && *r.max_new_tokens > 0 &&
                  *r.max_new_tokens <= context - prompt_len &&
@@ -156,7 +162,9 @@ void FuzzRequest(const uint8_t* data, size_t size) {
   v1::GenerateRequest proto;
   if (!proto.ParseFromArray(data, static_cast<int>(size))) return;
   absl::StatusOr<GenerationRequest> request =
-      FromProto(proto, server.tokenizer.get(), server.model->config().bos_token_id, "fuzz-request");
+      FromProto(proto, server.tokenizer.get(), server.model->config().bos_token_id,
+                server.engine->context_length() - 1,
+                proto.request_id().empty() ? "fuzz-request" : proto.request_id());
   if (!request.ok()) return;
   if (!server.engine->Validate(*request).ok()) return;
   CheckValidated(server, *request);
