@@ -52,6 +52,8 @@ class DrafterLinkState {
   std::atomic<bool> broken_{false};  // since the last failure, no session has delivered
 };
 
+namespace {
+
 // Records a drafter's statement (a GetInfo answer or a session's DraftOpened) in `directory`,
 // logging a drafter heard from for the first time, or whose limits changed, once at INFO.
 void HearDrafter(DrafterDirectory& directory, const v1::DrafterInfo& info,
@@ -72,8 +74,6 @@ void HearDrafter(DrafterDirectory& directory, const v1::DrafterInfo& info,
            SpecLimitsString(drafter.spec.max), SpecLimitsString(drafter.spec.defaults), modes);
   }
 }
-
-namespace {
 
 // One Draft call. The reactor owns itself: it lives until gRPC calls OnDone, even after the
 // stream has dropped it (which only cancels the call). State shared with the engine sits behind
