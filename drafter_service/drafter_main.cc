@@ -20,6 +20,7 @@
 #include "common/metrics/metrics_http_server.h"
 #include "common/model/causal_lm.h"
 #include "common/rpc/connection_age.h"
+#include "common/rpc/grpc_shutdown.h"
 #include "common/rpc/keepalive.h"
 #include "common/rpc/tls.h"
 #include "common/util/log.h"
@@ -261,10 +262,10 @@ int main(int argc, char** argv) {
   treespec::BlockShutdownSignals();
   absl::SetProgramUsageMessage("Serves treespec.v1.Drafter: draft trees for speculative decoding.");
   absl::ParseCommandLine(argc, argv);
-  absl::Status status = treespec::Run();
+  // Every gRPC object lives in Run: gRPC shuts down before the process exits.
+  const absl::Status status = treespec::Run();
   if (!status.ok()) {
     std::fprintf(stderr, "treespec-drafter: %s\n", status.ToString().c_str());
-    return 1;
   }
-  return 0;
+  return treespec::AfterGrpcShutdown(status.ok() ? 0 : 1);
 }

@@ -131,7 +131,7 @@ TEST_F(ServiceTest, ConcurrentStreamsMatchPlainDecoding) {
     }
   }
   for (auto& t : clients) t.join();
-  double accepted = 0, steps = 0;
+  double accepted = 0, drafted_steps = 0;
   for (size_t m = 0; m < std::size(modes); ++m) {
     for (size_t i = 0; i < kPrompts.size(); ++i) {
       const Outcome& o = spec[m * kPrompts.size() + i];
@@ -141,12 +141,15 @@ TEST_F(ServiceTest, ConcurrentStreamsMatchPlainDecoding) {
       EXPECT_EQ(o.last.usage().completion_tokens(), 40);
       if (modes[m] == v1::SPECULATION_MODE_DRAFT_MODEL) {
         accepted += o.last.speculation().accepted_tokens();
-        steps += o.last.speculation().steps();
+        drafted_steps += o.last.speculation().steps() - o.last.speculation().fallback_steps();
       }
     }
   }
-  // The trained draft really drafts: well over one token per step on code.
-  EXPECT_GT(1 + accepted / steps, 1.5);
+  // The trained draft really drafts: well over one token per drafted step on code. Per drafted
+  // step, not per step: on a loaded machine drafts miss the 200 ms wait, and a step verified
+  // without one says nothing about the draft's quality.
+  ASSERT_GT(drafted_steps, 0) << "no step had a draft";
+  EXPECT_GT(1 + accepted / drafted_steps, 1.5);
 }
 
 TEST_F(ServiceTest, BadInputGetsActionableStatusAndServerKeepsServing) {

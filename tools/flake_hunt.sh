@@ -26,6 +26,10 @@ while [ $# -gt 0 ]; do
 done
 [ ${#selection[@]} -gt 0 ] || selection=(-L integration -LE soak)
 [ -d "$build" ] || { echo "flake_hunt: no build directory '$build'" >&2; exit 2; }
+# A sanitizer build (tools/sanitize.sh's build-address or build-thread) runs with CI's options.
+if grep -q '^TREESPEC_SANITIZE:[A-Z]*=[a-z]' "$build/CMakeCache.txt" 2>/dev/null; then
+  source tools/sanitizers/env.sh
+fi
 
 burners=()
 trap 'kill "${burners[@]}" 2>/dev/null || true' EXIT

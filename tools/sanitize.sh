@@ -2,9 +2,8 @@
 # The CPU test suite under a sanitizer (issue 5), in its own build directory (CPU only):
 #   tools/sanitize.sh address   # AddressSanitizer + UndefinedBehaviorSanitizer, every CPU test
 #   tools/sanitize.sh thread    # ThreadSanitizer, the engine's threading tests
-# Extra arguments go to ctest. Any report fails the test that caused it (halt_on_error); known
-# reports from uninstrumented system libraries are suppressed in tools/sanitizers/, each with
-# its reason.
+# Extra arguments go to ctest. Any report fails the test that caused it; the run-time options
+# and suppressions are in tools/sanitizers/ (env.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:?usage: tools/sanitize.sh address|thread [ctest args]}
@@ -43,13 +42,6 @@ cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Sanitize -DCMAKE_CXX_FLAGS_SANITIZE="-O1
   -DCMAKE_C_FLAGS_SANITIZE="-O1 -g1" -DCMAKE_CUDA_COMPILER=NOTFOUND \
   -DTREESPEC_SANITIZE="$mode" >/dev/null
 cmake --build "$dir" -j"$(nproc)" "${targets[@]}"
-supp=$PWD/tools/sanitizers
-export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1
-export LSAN_OPTIONS=suppressions=$supp/lsan.supp:print_suppressions=0
-export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp
-# OpenBLAS's own worker threads synchronise by spinning on flags ThreadSanitizer cannot see;
-# one BLAS thread keeps the reports about our threads.
-export OPENBLAS_NUM_THREADS=1
+source tools/sanitizers/env.sh
 cd "$dir"
 ctest --output-on-failure -j"$(nproc)" "${tests[@]}" "$@"

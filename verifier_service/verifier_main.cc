@@ -23,6 +23,7 @@
 #include "common/model/causal_lm.h"
 #include "common/rpc/bearer_auth.h"
 #include "common/rpc/connection_age.h"
+#include "common/rpc/grpc_shutdown.h"
 #include "common/rpc/keepalive.h"
 #include "common/rpc/tls.h"
 #include "common/tokenizer/tokenizer.h"
@@ -151,9 +152,8 @@ absl::StatusOr<Loaded> Load(const treespec::EngineOptions& opts) {
   return l;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// Every gRPC object lives in here: main waits for gRPC's shutdown after it returns.
+int Main(int argc, char** argv) {
   treespec::BlockShutdownSignals();
   absl::SetProgramUsageMessage(
       "Serves treespec.v1.Generation: the target model, verifying drafted trees.");
@@ -282,3 +282,7 @@ int main(int argc, char** argv) {
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   return 0;
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return treespec::AfterGrpcShutdown(Main(argc, argv)); }

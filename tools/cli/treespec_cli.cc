@@ -29,6 +29,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/rpc/bearer_auth.h"
+#include "common/rpc/grpc_shutdown.h"
 #include "common/rpc/tls.h"
 #include "treespec/v1/generation.grpc.pb.h"
 
@@ -343,9 +344,8 @@ int GenerateOne(const Verifier& verifier, v1::SpeculationMode mode) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// Every gRPC object lives in here: main waits for gRPC's shutdown after it returns.
+int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage("treespec-cli info|generate [--flags]");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
@@ -383,3 +383,7 @@ int main(int argc, char** argv) {
   if (!absl::GetFlag(FLAGS_prompts_file).empty()) return GenerateMany(verifier, mode);
   return GenerateOne(verifier, mode);
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return treespec::AfterGrpcShutdown(Main(argc, argv)); }

@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/rpc/grpc_shutdown.h"
 #include "common/util/status_macros.h"
 #include "tools/loadgen/benchmark.h"
 #include "tools/loadgen/run_config.h"
@@ -146,9 +147,8 @@ absl::StatusOr<RunConfig> ConfigFromFlags() {
   return c;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// Every gRPC object lives in here: main waits for gRPC's shutdown after it returns.
+int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Load test for treespec verifiers: treespec-loadgen --target=HOST:PORT[,...] [--flags]");
   const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
@@ -179,3 +179,7 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return treespec::AfterGrpcShutdown(Main(argc, argv)); }
