@@ -375,9 +375,11 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(std::unique_ptr<CausalLm> lm, LoadModel(dir));
   DrafterServiceOptions service_options;
   service_options.vocab_size = vocab;
-  DrafterService service(
-      service_options, std::make_unique<NgramDrafterFactory>(NgramOptions{}),
-      std::make_unique<DraftModelDrafterFactory>(std::move(lm), DraftModelOptions{}));
+  DrafterRegistry drafters;
+  drafters.Add(DrafterKind::kNgram, std::make_unique<NgramDrafterFactory>(NgramOptions{}));
+  drafters.Add(DrafterKind::kDraftModel,
+               std::make_unique<DraftModelDrafterFactory>(std::move(lm), DraftModelOptions{}));
+  DrafterService service(service_options, std::move(drafters));
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);

@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -23,10 +25,12 @@
 #include "common/rpc/grpc_shutdown.h"
 #include "common/rpc/keepalive.h"
 #include "common/rpc/tls.h"
+#include "common/tree/drafter_kind.h"
 #include "common/util/log.h"
 #include "common/util/shutdown_signal.h"
 #include "common/util/status_macros.h"
 #include "drafter_service/draft_model_drafter.h"
+#include "drafter_service/drafter_registry.h"
 #include "drafter_service/drafter_service.h"
 #include "drafter_service/ngram_drafter.h"
 
@@ -154,9 +158,9 @@ absl::Status Run() {
   ngram_options.min_ngram = absl::GetFlag(FLAGS_ngram_min);
   ngram_options.max_ngram = absl::GetFlag(FLAGS_ngram_max);
   if (absl::Status s = ValidateNgramOptions(ngram_options); !s.ok()) return s;
-  auto ngram = std::make_unique<NgramDrafterFactory>(ngram_options);
+  DrafterRegistry drafters;
+  drafters.Add(DrafterKind::kNgram, std::make_unique<NgramDrafterFactory>(ngram_options));
 
-  std::unique_ptr<DraftModelDrafterFactory> draft_model;
   const std::string model_dir = absl::GetFlag(FLAGS_draft_model);
   if (!model_dir.empty()) {
     DraftModelOptions model_options;
@@ -192,22 +196,25 @@ absl::Status Run() {
     TS_LOG(kInfo, "draft model %s on %s: %d layers x %d, vocab %d, window %d, %s mode", model_dir,
            (*lm)->device(), (*lm)->config().num_layers, (*lm)->config().hidden_size, model_vocab,
            (*lm)->config().max_position_embeddings, shape);
-    draft_model = std::make_unique<DraftModelDrafterFactory>(*std::move(lm), model_options);
+    drafters.Add(DrafterKind::kDraftModel,
+                 std::make_unique<DraftModelDrafterFactory>(*std::move(lm), model_options));
   }
 
+  // Unset: the draft model where there is one, else ngram.
   const std::string mode = absl::GetFlag(FLAGS_default_mode);
-  if (mode == "draft_model" || (mode.empty() && draft_model != nullptr)) {
-    options.default_kind = DrafterKind::kDraftModel;
-  } else if (mode == "ngram" || mode.empty()) {
-    options.default_kind = DrafterKind::kNgram;
+  if (mode.empty()) {
+    options.default_kind = drafters.Find(DrafterKind::kDraftModel) != nullptr
+                               ? DrafterKind::kDraftModel
+                               : DrafterKind::kNgram;
+  } else if (const std::optional<DrafterKind> kind = DrafterKindFromName(mode)) {
+    options.default_kind = *kind;
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--default_mode must be draft_model or ngram, got '", mode, "'"));
+    std::vector<DrafterKind> all;
+    for (const DrafterKindInfo& info : AllDrafterKinds()) all.push_back(info.kind);
+    return absl::InvalidArgumentError(absl::StrCat("--default_mode must be one of ",
+                                                   DrafterKindNames(all), ", got '", mode, "'"));
   }
-  if (absl::Status s = ValidateDrafterServiceOptions(options, true, draft_model != nullptr);
-      !s.ok()) {
-    return s;
-  }
+  if (absl::Status s = ValidateDrafterServiceOptions(options, drafters); !s.ok()) return s;
 
   DrafterMetrics metrics;
   std::unique_ptr<MetricsHttpServer> metrics_server;
@@ -215,7 +222,7 @@ absl::Status Run() {
     ASSIGN_OR_RETURN(metrics_server,
                      MetricsHttpServer::Start(absl::GetFlag(FLAGS_host), metrics_port, &metrics));
   }
-  DrafterService service(options, std::move(ngram), std::move(draft_model), &metrics);
+  DrafterService service(options, std::move(drafters), &metrics);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   ASSIGN_OR_RETURN(auto credentials,
@@ -245,7 +252,7 @@ absl::Status Run() {
   std::fflush(stdout);
   TS_LOG(kInfo, "serving as %s: default mode %s, %d drafting threads, defaults %s, maxima %s",
          service.info().drafter_id(),
-         options.default_kind == DrafterKind::kNgram ? "ngram" : "draft_model",
+         DrafterKindName(options.default_kind),
          options.worker_threads, SpecLimitsString(options.spec.defaults),
          SpecLimitsString(options.spec.max));
 

@@ -8,6 +8,7 @@
 #include <deque>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -15,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/rpc/drafter_kind_proto.h"
 #include "common/rpc/spec_limits_proto.h"
 #include "common/rpc/status_conversion.h"
 #include "common/tokenizer/utf8.h"
@@ -23,16 +25,6 @@
 
 namespace treespec {
 namespace {
-
-const char* KindName(DrafterKind kind) {
-  switch (kind) {
-    case DrafterKind::kNgram:
-      return "ngram";
-    case DrafterKind::kDraftModel:
-      return "draft_model";
-  }
-  return "?";
-}
 
 // Token ids must be in [0, vocab_size); vocab_size 0 = unknown, only >= 0 is checked.
 absl::Status CheckTokens(const google::protobuf::RepeatedField<int32_t>& tokens, int vocab_size,
@@ -48,16 +40,6 @@ absl::Status CheckTokens(const google::protobuf::RepeatedField<int32_t>& tokens,
   return absl::OkStatus();
 }
 
-v1::SpeculationMode ModeOf(DrafterKind kind) {
-  switch (kind) {
-    case DrafterKind::kNgram:
-      return v1::SPECULATION_MODE_NGRAM;
-    case DrafterKind::kDraftModel:
-      return v1::SPECULATION_MODE_DRAFT_MODEL;
-  }
-  return v1::SPECULATION_MODE_AUTO;
-}
-
 // Host name and a number drawn now: a restarted drafter on the same host is a new drafter.
 std::string NewDrafterId() {
   char host[256] = {};
@@ -67,26 +49,27 @@ std::string NewDrafterId() {
   return absl::StrCat(host, "-", absl::Hex(nonce, absl::kZeroPad16));
 }
 
-v1::DrafterInfo MakeInfo(const DrafterServiceOptions& options, bool have_draft_model) {
+v1::DrafterInfo MakeInfo(const DrafterServiceOptions& options, const DrafterRegistry& drafters) {
   v1::DrafterInfo info;
   info.set_drafter_id(NewDrafterId());
   ToProto(options.spec.defaults, info.mutable_defaults());
   ToProto(options.spec.max, info.mutable_max());
-  info.add_modes(v1::SPECULATION_MODE_NGRAM);
-  if (have_draft_model) info.add_modes(v1::SPECULATION_MODE_DRAFT_MODEL);
-  info.set_default_mode(ModeOf(options.default_kind));
+  for (DrafterKind kind : drafters.kinds()) info.add_modes(ToProto(kind));
+  info.set_default_mode(ToProto(options.default_kind));
   return info;
 }
 
 }  // namespace
 
-absl::Status ValidateDrafterServiceOptions(const DrafterServiceOptions& options, bool have_ngram,
-                                           bool have_draft_model) {
-  if (!have_ngram) return absl::InvalidArgumentError("the ngram drafter is required");
-  if (options.default_kind == DrafterKind::kDraftModel && !have_draft_model) {
-    return absl::InvalidArgumentError(
-        "--default_mode=draft_model needs a draft model: pass --draft_model=DIR or use "
-        "--default_mode=ngram");
+absl::Status ValidateDrafterServiceOptions(const DrafterServiceOptions& options,
+                                           const DrafterRegistry& drafters) {
+  const std::vector<DrafterKind> served = drafters.kinds();
+  if (served.empty()) return absl::InvalidArgumentError("no drafter kind to serve");
+  if (drafters.Find(options.default_kind) == nullptr) {
+    const DrafterKindInfo& kind = InfoOf(options.default_kind);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--default_mode=", kind.name, " needs ", kind.needs, "; or use one of the kinds served: ",
+        DrafterKindNames(served)));
   }
   if (absl::Status s = ValidateSpecBounds(options.spec); !s.ok()) return s;
   if (options.vocab_size < 0) {
@@ -195,7 +178,7 @@ class DrafterService::SessionReactor final
     TS_LOG(kInfo,
            "draft session %s done: mode=%s steps=%d drafted_nodes=%d stale_steps=%d "
            "mean_draft_ms=%.3f status=%s active_sessions=%d",
-           request_id_, KindName(kind_), steps_, drafted_nodes_, stale_steps_,
+           request_id_, DrafterKindName(kind_), steps_, drafted_nodes_, stale_steps_,
            steps_ > stale_steps_ ? draft_ms_ / (steps_ - stale_steps_) : 0.0,
            cancelled_ ? "CANCELLED" : error_.ToString(), active);
     delete this;
@@ -263,32 +246,27 @@ class DrafterService::SessionReactor final
           absl::StrCat("open.request_id is not valid UTF-8 (byte ", at, ")"));
     }
     if (!id.empty()) request_id_ = id;
-    switch (open.mode()) {
-      case v1::SPECULATION_MODE_AUTO:
-        kind_ = options.default_kind;
-        break;
-      case v1::SPECULATION_MODE_NGRAM:
-        kind_ = DrafterKind::kNgram;
-        break;
-      case v1::SPECULATION_MODE_DRAFT_MODEL:
-        kind_ = DrafterKind::kDraftModel;
-        break;
-      case v1::SPECULATION_MODE_OFF:
-        return absl::InvalidArgumentError(
-            "mode OFF drafts nothing: verify without a drafter session instead of opening one");
-      case v1::SPECULATION_MODE_DFLASH:
-        return absl::UnimplementedError(
-            "mode DFLASH is not served yet; use NGRAM, DRAFT_MODEL or AUTO");
-      default:  // proto3 enums are open: the wire may carry values we do not know
-        return absl::InvalidArgumentError(absl::StrCat("unknown speculation mode ",
-                                                       static_cast<int>(open.mode()),
-                                                       "; use AUTO, NGRAM or DRAFT_MODEL"));
+    const std::vector<DrafterKind> served = service_->drafters_.kinds();
+    if (open.mode() == v1::SPECULATION_MODE_OFF) {
+      return absl::InvalidArgumentError(
+          "mode OFF drafts nothing: verify without a drafter session instead of opening one");
     }
-    factory_ = kind_ == DrafterKind::kNgram ? service_->ngram_.get() : service_->draft_model_.get();
+    if (open.mode() == v1::SPECULATION_MODE_AUTO) {
+      kind_ = options.default_kind;
+    } else if (const std::optional<DrafterKind> kind = DrafterKindFromProto(open.mode())) {
+      kind_ = *kind;
+    } else {  // proto3 enums are open: the wire may carry values we do not know
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown speculation mode ", static_cast<int>(open.mode()),
+                       "; use AUTO or one of the kinds served: ", DrafterModeNames(served)));
+    }
+    factory_ = service_->drafters_.Find(kind_);
     if (factory_ == nullptr) {
+      const DrafterKindInfo& kind = InfoOf(kind_);
       return absl::FailedPreconditionError(
-          "mode DRAFT_MODEL needs a draft model, but this drafter was started without "
-          "--draft_model; use NGRAM or restart the drafter with --draft_model=DIR");
+          absl::StrCat("mode ", kind.mode_name, " is not served by this drafter (it serves ",
+                       DrafterModeNames(served), "); use one of those, or a drafter with ",
+                       kind.needs));
     }
     const SpecLimits asked{open.tree_budget(), open.max_depth(), open.top_k()};
     if (asked.tree_budget < 0 || asked.max_depth < 0 || asked.top_k < 0) {
@@ -476,12 +454,10 @@ class DrafterService::SessionReactor final
 };
 
 DrafterService::DrafterService(const DrafterServiceOptions& options,
-                               std::unique_ptr<DrafterFactory> ngram,
-                               std::unique_ptr<DrafterFactory> draft_model, DrafterMetrics* metrics)
+                               DrafterRegistry drafters, DrafterMetrics* metrics)
     : options_(options),
-      ngram_(std::move(ngram)),
-      draft_model_(std::move(draft_model)),
-      info_(MakeInfo(options_, draft_model_ != nullptr)),
+      drafters_(std::move(drafters)),
+      info_(MakeInfo(options_, drafters_)),
       metrics_(metrics),
       pool_(options.worker_threads) {
   if (options_.session_idle_timeout > absl::ZeroDuration()) {

@@ -21,15 +21,15 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/tree/drafter_kind.h"
 #include "common/tree/spec_limits.h"
 #include "common/util/worker_pool.h"
 #include "drafter_service/drafter.h"
 #include "drafter_service/drafter_metrics.h"
+#include "drafter_service/drafter_registry.h"
 #include "treespec/v1/drafter.grpc.pb.h"
 
 namespace treespec {
-
-enum class DrafterKind { kNgram, kDraftModel };
 
 // A session's request id (logged with every line of it): at most this many bytes of UTF-8, the
 // verifier's own limit on request ids (kMaxRequestIdBytes), so any id it accepts passes.
@@ -49,9 +49,9 @@ struct DrafterServiceOptions {
 };
 
 // Checks that the options are consistent with the drafters given (the message names the
-// option), e.g. the default kind has a drafter and the limits pass ValidateSpecBounds.
-absl::Status ValidateDrafterServiceOptions(const DrafterServiceOptions& options, bool have_ngram,
-                                           bool have_draft_model);
+// option), e.g. the default kind is served and the limits pass ValidateSpecBounds.
+absl::Status ValidateDrafterServiceOptions(const DrafterServiceOptions& options,
+                                           const DrafterRegistry& drafters);
 
 // Draft is a raw method (ByteBuffers, parsed here): gRPC's own parsing would end the stream at an
 // undecodable message as if the verifier had half-closed, with status OK; this way it ends with
@@ -59,10 +59,9 @@ absl::Status ValidateDrafterServiceOptions(const DrafterServiceOptions& options,
 class DrafterService final : public v1::Drafter::WithRawCallbackMethod_Draft<
                                  v1::Drafter::WithCallbackMethod_GetInfo<v1::Drafter::Service>> {
  public:
-  // `draft_model` may be null (ngram only). The factories must be thread-safe. `metrics` (may
-  // be null) must outlive the service.
-  DrafterService(const DrafterServiceOptions& options, std::unique_ptr<DrafterFactory> ngram,
-                 std::unique_ptr<DrafterFactory> draft_model, DrafterMetrics* metrics = nullptr);
+  // Serves the kinds in `drafters`. `metrics` (may be null) must outlive the service.
+  DrafterService(const DrafterServiceOptions& options, DrafterRegistry drafters,
+                 DrafterMetrics* metrics = nullptr);
   // Shut the grpc::Server down first: it waits for every stream to end.
   ~DrafterService() override;
   DrafterService(const DrafterService&) = delete;
@@ -87,8 +86,7 @@ class DrafterService final : public v1::Drafter::WithRawCallbackMethod_Draft<
   void ReapIdleSessions();
 
   const DrafterServiceOptions options_;
-  const std::unique_ptr<DrafterFactory> ngram_;
-  const std::unique_ptr<DrafterFactory> draft_model_;
+  const DrafterRegistry drafters_;
   const v1::DrafterInfo info_;
   DrafterMetrics* const metrics_;  // may be null
   std::atomic<int> active_sessions_{0};

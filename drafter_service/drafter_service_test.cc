@@ -39,18 +39,18 @@ class DrafterServiceTest : public ::testing::Test {
     options.session_idle_timeout = idle_timeout;
     options.vocab_size = kVocab;
     options.worker_threads = 2;
-    std::unique_ptr<DrafterFactory> draft_model;
+    DrafterRegistry drafters;
+    drafters.Add(DrafterKind::kNgram, std::make_unique<NgramDrafterFactory>(NgramOptions{}));
     if (with_draft_model) {
       const ModelConfig config = testing::SmallLlamaConfig();
       absl::StatusOr<std::unique_ptr<CausalLm>> lm =
           CreateCpuCausalLm(config, testing::RandomWeights(config, 11), LmOptions{});
       ASSERT_TRUE(lm.ok()) << lm.status();
-      draft_model = std::make_unique<DraftModelDrafterFactory>(*std::move(lm), DraftModelOptions{});
+      drafters.Add(DrafterKind::kDraftModel,
+                   std::make_unique<DraftModelDrafterFactory>(*std::move(lm), DraftModelOptions{}));
     }
-    ASSERT_TRUE(ValidateDrafterServiceOptions(options, true, with_draft_model).ok());
-    service_ = std::make_unique<DrafterService>(
-        options, std::make_unique<NgramDrafterFactory>(NgramOptions{}), std::move(draft_model),
-        &metrics_);
+    ASSERT_TRUE(ValidateDrafterServiceOptions(options, drafters).ok());
+    service_ = std::make_unique<DrafterService>(options, std::move(drafters), &metrics_);
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -271,16 +271,32 @@ TEST_F(DrafterServiceTest, BadModesGetClearStatuses) {
   Start(false);
   grpc::Status status = ExpectFailure(Open({1, 2}, v1::SPECULATION_MODE_DRAFT_MODEL));
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_THAT(status.error_message(), HasSubstr("--draft_model"));
+  EXPECT_EQ(status.error_message(),
+            "mode DRAFT_MODEL is not served by this drafter (it serves NGRAM); use one of those, "
+            "or a drafter with --draft_model=DIR");
   status = ExpectFailure(Open({1, 2}, v1::SPECULATION_MODE_OFF));
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(), HasSubstr("mode OFF"));
   status = ExpectFailure(Open({1, 2}, v1::SPECULATION_MODE_DFLASH));
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
-  EXPECT_THAT(status.error_message(), HasSubstr("DFLASH"));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), HasSubstr("mode DFLASH is not served by this drafter"));
   status = ExpectFailure(Open({1, 2}, static_cast<v1::SpeculationMode>(42)));
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(status.error_message(), HasSubstr("unknown speculation mode 42"));
+  EXPECT_EQ(status.error_message(),
+            "unknown speculation mode 42; use AUTO or one of the kinds served: NGRAM");
+}
+
+// The options name what a default kind needs when nothing serves it.
+TEST(DrafterServiceOptionsTest, DefaultKindMustBeServed) {
+  DrafterServiceOptions options;
+  DrafterRegistry drafters;
+  EXPECT_EQ(ValidateDrafterServiceOptions(options, drafters).message(), "no drafter kind to serve");
+  drafters.Add(DrafterKind::kNgram, std::make_unique<NgramDrafterFactory>(NgramOptions{}));
+  EXPECT_TRUE(ValidateDrafterServiceOptions(options, drafters).ok());
+  options.default_kind = DrafterKind::kDraftModel;
+  EXPECT_EQ(ValidateDrafterServiceOptions(options, drafters).message(),
+            "--default_mode=draft_model needs --draft_model=DIR; or use one of the kinds served: "
+            "ngram");
 }
 
 // A session asking more than the drafter serves runs at its maxima, and says so; GetInfo

@@ -37,9 +37,10 @@ std::unique_ptr<NgramDrafter> StartNgramDrafter(int tree_budget, int max_tree_bu
   DrafterServiceOptions options;
   options.spec.defaults = {tree_budget, 8, 0};
   options.spec.max = {max_tree_budget, kSpecCeiling.max_depth, max_tree_budget};
-  EXPECT_TRUE(ValidateDrafterServiceOptions(options, true, false).ok());
-  d->service = std::make_unique<DrafterService>(
-      options, std::make_unique<NgramDrafterFactory>(NgramOptions()), nullptr);
+  DrafterRegistry drafters;
+  drafters.Add(DrafterKind::kNgram, std::make_unique<NgramDrafterFactory>(NgramOptions()));
+  EXPECT_TRUE(ValidateDrafterServiceOptions(options, drafters).ok());
+  d->service = std::make_unique<DrafterService>(options, std::move(drafters));
   grpc::ServerBuilder builder;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &d->port);
   builder.RegisterService(d->service.get());

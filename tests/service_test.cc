@@ -49,9 +49,11 @@ Drafter StartDrafter() {
   DrafterServiceOptions options;
   options.default_kind = DrafterKind::kDraftModel;
   options.vocab_size = (*model)->config().vocab_size;
-  d.service = std::make_unique<DrafterService>(
-      options, std::make_unique<NgramDrafterFactory>(NgramOptions()),
-      std::make_unique<DraftModelDrafterFactory>(*std::move(model), DraftModelOptions()));
+  DrafterRegistry drafters;
+  drafters.Add(DrafterKind::kNgram, std::make_unique<NgramDrafterFactory>(NgramOptions()));
+  drafters.Add(DrafterKind::kDraftModel,
+               std::make_unique<DraftModelDrafterFactory>(*std::move(model), DraftModelOptions()));
+  d.service = std::make_unique<DrafterService>(options, std::move(drafters));
   grpc::ServerBuilder builder;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &d.port);
   builder.RegisterService(d.service.get());
@@ -285,7 +287,7 @@ TEST(DiscoveryTest, SessionsSpreadOverHealthyDrafterReplicas) {
       r.prompt = {5, 6, 7, static_cast<int32_t>(8 + i)};
       r.max_new_tokens = 8;
       r.ignore_eos = true;
-      r.spec_mode = SpecMode::kDraftModel;
+      r.spec_mode = SpecMode::Of(DrafterKind::kDraftModel);
       ASSERT_TRUE(engine.Validate(r).ok());
       auto sink = std::make_shared<testing::RecordingSink>();
       ASSERT_TRUE(engine.Submit(r, sink).ok());

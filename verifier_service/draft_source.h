@@ -34,7 +34,7 @@ class DraftStream {
 struct DraftOpenParams {
   std::string request_id;
   std::vector<int32_t> prompt;
-  SpecMode mode = SpecMode::kAuto;
+  SpecMode mode = SpecMode::Auto();
   SpecLimits limits;  // as resolved by the engine; a drafter serving less clamps them
 };
 
@@ -43,7 +43,7 @@ struct DraftOpenParams {
 struct DrafterPoolInfo {
   int drafters = 0;             // drafters heard from lately; 0 = none (nothing is known)
   SpecLimits max;               // each field the largest any of them serves
-  std::vector<SpecMode> modes;  // the kinds some of them serve (kNgram, kDraftModel), sorted
+  std::vector<DrafterKind> kinds;  // the kinds some of them serve, sorted
 };
 
 class DraftSource {

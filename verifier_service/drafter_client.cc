@@ -65,13 +65,9 @@ void HearDrafter(DrafterDirectory& directory, const v1::DrafterInfo& info,
     return;
   }
   if (directory.Heard(drafter, absl::Now())) {
-    std::string modes;
-    for (SpecMode mode : drafter.modes) {
-      absl::StrAppend(&modes, modes.empty() ? "" : ",",
-                      mode == SpecMode::kNgram ? "ngram" : "draft_model");
-    }
     TS_LOG(kInfo, "drafter %s (%s): serves %s at most (defaults %s), kinds %s", drafter.id, target,
-           SpecLimitsString(drafter.spec.max), SpecLimitsString(drafter.spec.defaults), modes);
+           SpecLimitsString(drafter.spec.max), SpecLimitsString(drafter.spec.defaults),
+           DrafterKindNames(drafter.kinds));
   }
 }
 

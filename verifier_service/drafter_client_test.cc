@@ -23,7 +23,9 @@ namespace {
 TEST(GrpcDraftSourceTest, DestroyingTheStreamWaitsForARunningArrivalCallback) {
   DrafterServiceOptions options;
   options.vocab_size = 512;
-  DrafterService service(options, std::make_unique<NgramDrafterFactory>(NgramOptions{}), nullptr);
+  DrafterRegistry drafters;
+  drafters.Add(DrafterKind::kNgram, std::make_unique<NgramDrafterFactory>(NgramOptions{}));
+  DrafterService service(options, std::move(drafters));
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -37,7 +39,7 @@ TEST(GrpcDraftSourceTest, DestroyingTheStreamWaitsForARunningArrivalCallback) {
   DraftOpenParams params;
   params.request_id = "callback-lifetime";
   params.prompt = {5, 6, 7, 5, 6, 7, 5, 6};
-  params.mode = SpecMode::kNgram;
+  params.mode = SpecMode::Of(DrafterKind::kNgram);
   params.limits = SpecLimits{4, 4, 0};
   std::unique_ptr<DraftStream> stream = source.Open(params, [&] {
     entered = true;

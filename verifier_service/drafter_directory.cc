@@ -13,7 +13,7 @@ bool DrafterDirectory::Heard(const DrafterDescription& drafter, absl::Time now) 
   Entry& known = it->second;
   const bool changed = known.drafter.spec.defaults != drafter.spec.defaults ||
                        known.drafter.spec.max != drafter.spec.max ||
-                       known.drafter.modes != drafter.modes;
+                       known.drafter.kinds != drafter.kinds;
   known = Entry{drafter, now};
   return changed;
 }
@@ -25,10 +25,10 @@ DrafterPoolInfo DrafterDirectory::Pool(absl::Time now) const {
     if (now - entry.heard > ttl_) continue;
     ++pool.drafters;
     pool.max = MaxSpecLimits(pool.max, entry.drafter.spec.max);
-    pool.modes.insert(pool.modes.end(), entry.drafter.modes.begin(), entry.drafter.modes.end());
+    pool.kinds.insert(pool.kinds.end(), entry.drafter.kinds.begin(), entry.drafter.kinds.end());
   }
-  std::sort(pool.modes.begin(), pool.modes.end());
-  pool.modes.erase(std::unique(pool.modes.begin(), pool.modes.end()), pool.modes.end());
+  std::sort(pool.kinds.begin(), pool.kinds.end());
+  pool.kinds.erase(std::unique(pool.kinds.begin(), pool.kinds.end()), pool.kinds.end());
   return pool;
 }
 

@@ -22,7 +22,7 @@ namespace treespec {
 struct DrafterDescription {
   std::string id;               // the drafter process; a restart is a new id
   SpecBounds spec;              // its defaults and maxima
-  std::vector<SpecMode> modes;  // kinds it serves: kNgram, kDraftModel
+  std::vector<DrafterKind> kinds;  // kinds it serves, sorted
 };
 
 // Thread-safe.

@@ -178,13 +178,13 @@ absl::Status Engine::Validate(GenerationRequest& r) const {
           "sampling.stop_strings need a tokenizer, and this server has none");
     }
   }
-  if (r.spec_mode != SpecMode::kOff && drafts_ == nullptr) {
-    if (r.spec_mode != SpecMode::kAuto) {
+  if (!r.spec_mode.off() && drafts_ == nullptr) {
+    if (!r.spec_mode.automatic()) {
       return absl::FailedPreconditionError(
           "this verifier has no drafter (start it with --drafter=HOST:PORT); use speculation "
           "mode AUTO or OFF");
     }
-    r.spec_mode = SpecMode::kOff;
+    r.spec_mode = SpecMode::Off();
   }
   if (absl::Status s = ValidateSpeculation(r); !s.ok()) return s;
   const int need = PagesFor(prompt_len + *r.max_new_tokens + r.spec.tree_budget + 1);
@@ -220,14 +220,15 @@ absl::Status Engine::ValidateSpeculation(GenerationRequest& r) const {
   absl::StatusOr<SpecLimits> spec = ResolveSpecLimits(r.spec, bounds, "speculation.", sources);
   if (!spec.ok()) return spec.status();
   r.spec = *spec;
-  const bool named_kind = r.spec_mode == SpecMode::kNgram || r.spec_mode == SpecMode::kDraftModel;
-  if (pool.drafters > 0 && named_kind &&
-      std::find(pool.modes.begin(), pool.modes.end(), r.spec_mode) == pool.modes.end()) {
-    const bool model = r.spec_mode == SpecMode::kDraftModel;
-    return absl::FailedPreconditionError(
-        absl::StrCat("speculation.mode ", model ? "DRAFT_MODEL" : "NGRAM", ": none of the ",
-                     pool.drafters, " drafter(s) this verifier has heard from serves it; use AUTO",
-                     model ? ", or start drafters with --draft_model=DIR" : ""));
+  const std::optional<DrafterKind> kind = r.spec_mode.kind();
+  if (pool.drafters > 0 && kind.has_value() &&
+      std::find(pool.kinds.begin(), pool.kinds.end(), *kind) == pool.kinds.end()) {
+    const DrafterKindInfo& info = InfoOf(*kind);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "speculation.mode ", info.mode_name, ": none of the ", pool.drafters,
+        " drafter(s) this verifier has heard from serves it (they serve ",
+        DrafterModeNames(pool.kinds), "); use AUTO or one of those, or start drafters with ",
+        info.needs));
   }
   return absl::OkStatus();
 }
@@ -403,7 +404,7 @@ void Engine::Admit() {
     a->seq = model_->CreateSequence();
     a->output =
         std::make_unique<OutputProcessor>(a->request, tokenizer_, model_->config().eos_token_ids);
-    if (a->request.spec_mode != SpecMode::kOff && drafts_ != nullptr) {
+    if (!a->request.spec_mode.off() && drafts_ != nullptr) {
       DraftOpenParams open;
       open.request_id = a->request.id;
       open.prompt = a->request.prompt;

@@ -87,11 +87,11 @@ void CheckSpeculativeGreedyEqualsTargetOnly(int tp) {
     r.ignore_eos = true;
     r.spec.tree_budget = 16;
     r.spec.max_depth = 8;
-    r.spec_mode = SpecMode::kOff;
+    r.spec_mode = SpecMode::Off();
     Engine plain_engine(target->get(), nullptr, nullptr, EngineOptions());
     const GenerationUpdate plain = testing::RunToEnd(plain_engine, r);
     ASSERT_TRUE(plain.status.ok()) << plain.status;
-    r.spec_mode = SpecMode::kDraftModel;
+    r.spec_mode = SpecMode::Of(DrafterKind::kDraftModel);
     Engine spec_engine(target->get(), nullptr, &drafts, EngineOptions());
     const GenerationUpdate spec = testing::RunToEnd(spec_engine, r);
     ASSERT_TRUE(spec.status.ok()) << spec.status;

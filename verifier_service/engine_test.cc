@@ -69,7 +69,7 @@ class EngineTest : public ::testing::Test {
   std::vector<int32_t> Plain(const GenerationRequest& request) {
     Engine engine(target_.get(), nullptr, nullptr, EngineOptions());
     GenerationRequest r = request;
-    r.spec_mode = SpecMode::kOff;
+    r.spec_mode = SpecMode::Off();
     GenerationUpdate out = RunToEnd(engine, r);
     EXPECT_TRUE(out.status.ok()) << out.status;
     return out.token_ids;
@@ -84,7 +84,7 @@ std::string* EngineTest::target_dir_ = nullptr;
 std::string* EngineTest::draft_dir_ = nullptr;
 
 TEST_F(EngineTest, PlainDecodingIsDeterministicAndFullLength) {
-  GenerationRequest r = Request(Prompt(1), SpecMode::kOff);
+  GenerationRequest r = Request(Prompt(1), SpecMode::Off());
   const std::vector<int32_t> a = Plain(r);
   const std::vector<int32_t> b = Plain(r);
   EXPECT_EQ(a.size(), 48u);
@@ -95,7 +95,7 @@ TEST_F(EngineTest, PlainDecodingIsDeterministicAndFullLength) {
 // request runs 47 after prefill, mean acceptance length 1.0, no drafts.
 TEST_F(EngineTest, SpeculationOffCountsItsSteps) {
   Engine engine(target_.get(), nullptr, nullptr, EngineOptions());
-  const GenerationUpdate out = RunToEnd(engine, Request(Prompt(1), SpecMode::kOff));
+  const GenerationUpdate out = RunToEnd(engine, Request(Prompt(1), SpecMode::Off()));
   ASSERT_TRUE(out.status.ok()) << out.status;
   EXPECT_EQ(out.stats.steps, 47);
   EXPECT_EQ(out.stats.fallback_steps, 47);
@@ -109,13 +109,13 @@ TEST_F(EngineTest, AnUnsetLengthThatFillsTheContextEndsWithContext) {
   EngineOptions options;
   options.context_length = 100;
   Engine engine(target_.get(), nullptr, nullptr, options);
-  GenerationRequest unset = Request(Prompt(2), SpecMode::kOff);  // 60 prompt tokens
+  GenerationRequest unset = Request(Prompt(2), SpecMode::Off());  // 60 prompt tokens
   unset.max_new_tokens.reset();
   GenerationUpdate out = RunToEnd(engine, unset);
   ASSERT_TRUE(out.status.ok()) << out.status;
   EXPECT_EQ(out.finish_reason, FinishReason::kContext);
   EXPECT_EQ(out.completion_tokens, 40);
-  out = RunToEnd(engine, Request(Prompt(2), SpecMode::kOff, 40));
+  out = RunToEnd(engine, Request(Prompt(2), SpecMode::Off(), 40));
   ASSERT_TRUE(out.status.ok()) << out.status;
   EXPECT_EQ(out.finish_reason, FinishReason::kLength);
   EXPECT_EQ(out.completion_tokens, 40);
@@ -128,7 +128,7 @@ TEST_F(EngineTest, NgramSpeculationMatchesPlain) {
   for (float temperature : {0.0f, 0.8f}) {
     for (int budget : {1, 4, 16}) {
       for (int seed : {1, 2}) {
-        GenerationRequest r = Request(Prompt(seed), SpecMode::kNgram);
+        GenerationRequest r = Request(Prompt(seed), SpecMode::Of(DrafterKind::kNgram));
         r.sampling.temperature = temperature;
         r.sampling.seed = 1234 + seed;
         r.top_p = 0.9f;
@@ -159,7 +159,7 @@ TEST_F(EngineTest, DraftModelSpeculationMatchesPlainChainAndTree) {
       DraftModelDrafterFactory factory(*std::move(draft), options);
       LocalDraftSource drafts(&factory);
       for (float temperature : {0.0f, 0.7f}) {
-        GenerationRequest r = Request(Prompt(3), SpecMode::kDraftModel);
+        GenerationRequest r = Request(Prompt(3), SpecMode::Of(DrafterKind::kDraftModel));
         r.sampling.temperature = temperature;
         r.sampling.seed = 99;
         r.spec.tree_budget = tree ? 12 : 6;
@@ -187,7 +187,7 @@ TEST_F(EngineTest, BatchEqualsRequestsAlone) {
   std::vector<GenerationRequest> requests;
   for (int i = 0; i < 5; ++i) {
     GenerationRequest r =
-        Request(Prompt(10 + i, 20 + 7 * i), i % 2 ? SpecMode::kNgram : SpecMode::kOff, 30 + 5 * i);
+        Request(Prompt(10 + i, 20 + 7 * i), i % 2 ? SpecMode::Of(DrafterKind::kNgram) : SpecMode::Off(), 30 + 5 * i);
     r.sampling.temperature = i == 4 ? 0.9f : 0.0f;
     r.sampling.seed = i;
     requests.push_back(r);
@@ -214,7 +214,7 @@ TEST_F(EngineTest, BatchEqualsRequestsAlone) {
 TEST_F(EngineTest, TensorParallelMatchesSingleRank) {
   NgramDrafterFactory factory{NgramOptions()};
   LocalDraftSource drafts(&factory);
-  GenerationRequest r = Request(Prompt(21), SpecMode::kNgram);
+  GenerationRequest r = Request(Prompt(21), SpecMode::Of(DrafterKind::kNgram));
   const std::vector<int32_t> plain = Plain(r);
   for (int tp : {2, 3, 7}) {
     LmOptions lm;
@@ -242,7 +242,7 @@ TEST_F(EngineTest, RequestsWaitForKvPages) {
   std::vector<GenerationRequest> requests;
   std::vector<std::shared_ptr<RecordingSink>> sinks;
   for (int i = 0; i < 3; ++i) {
-    GenerationRequest r = Request(Prompt(30 + i), SpecMode::kNgram);
+    GenerationRequest r = Request(Prompt(30 + i), SpecMode::Of(DrafterKind::kNgram));
     ASSERT_TRUE(engine.Validate(r).ok());
     requests.push_back(r);
     sinks.push_back(std::make_shared<RecordingSink>());
@@ -268,14 +268,14 @@ TEST_F(EngineTest, AdmissionLimitsAreResourceExhausted) {
   options.max_queue = 1;
   Engine engine(model->get(), nullptr, nullptr, options);
 
-  GenerationRequest too_big = Request(Prompt(5), SpecMode::kOff, 300);
+  GenerationRequest too_big = Request(Prompt(5), SpecMode::Off(), 300);
   absl::Status big = engine.Validate(too_big);
   EXPECT_EQ(big.code(), absl::StatusCode::kResourceExhausted) << big;
   EXPECT_THAT(std::string(big.message()), ::testing::HasSubstr("--kv_pages"));
 
   // 100 new tokens need 10 pages: one runs, the next waits for pages in the queue, a third is
   // refused.
-  GenerationRequest running = Request(Prompt(5), SpecMode::kOff, 100);
+  GenerationRequest running = Request(Prompt(5), SpecMode::Off(), 100);
   ASSERT_TRUE(engine.Validate(running).ok());
   auto running_sink = std::make_shared<RecordingSink>();
   absl::StatusOr<uint64_t> handle = engine.Submit(running, running_sink);
@@ -284,11 +284,11 @@ TEST_F(EngineTest, AdmissionLimitsAreResourceExhausted) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   ASSERT_EQ(engine.Snapshot().running, 1);
-  GenerationRequest waiting = Request(Prompt(6), SpecMode::kOff, 100);
+  GenerationRequest waiting = Request(Prompt(6), SpecMode::Off(), 100);
   ASSERT_TRUE(engine.Validate(waiting).ok());
   auto waiting_sink = std::make_shared<RecordingSink>();
   ASSERT_TRUE(engine.Submit(waiting, waiting_sink).ok());
-  GenerationRequest refused = Request(Prompt(7), SpecMode::kOff, 100);
+  GenerationRequest refused = Request(Prompt(7), SpecMode::Off(), 100);
   ASSERT_TRUE(engine.Validate(refused).ok());
   absl::StatusOr<uint64_t> full = engine.Submit(refused, std::make_shared<RecordingSink>());
   EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted) << full.status();
@@ -306,7 +306,7 @@ TEST_F(EngineTest, AdmissionLimitsAreResourceExhausted) {
 TEST_F(EngineTest, CancelFreesKvPages) {
   const int total = target_->kv_cache().num_pages();
   Engine engine(target_.get(), nullptr, nullptr, EngineOptions());
-  GenerationRequest r = Request(Prompt(5, 100), SpecMode::kOff, 300);
+  GenerationRequest r = Request(Prompt(5, 100), SpecMode::Off(), 300);
   ASSERT_TRUE(engine.Validate(r).ok());
   auto sink = std::make_shared<RecordingSink>();
   absl::StatusOr<uint64_t> handle = engine.Submit(r, sink);
@@ -322,7 +322,7 @@ TEST_F(EngineTest, CancelFreesKvPages) {
   EXPECT_LT(sink->ids().size(), 300u);
   EXPECT_FALSE(sink->final_update().finished);  // a cancelled request gets no more updates
   // The engine keeps serving.
-  GenerationUpdate next = RunToEnd(engine, Request(Prompt(6), SpecMode::kOff, 8));
+  GenerationUpdate next = RunToEnd(engine, Request(Prompt(6), SpecMode::Off(), 8));
   EXPECT_TRUE(next.status.ok());
   EXPECT_EQ(next.token_ids.size(), 8u);
 }
@@ -332,14 +332,14 @@ TEST_F(EngineTest, CancelFreesKvPages) {
 TEST_F(EngineTest, DrainFinishesRunningRequestsAndRefusesNewOnes) {
   Engine engine(target_.get(), nullptr, nullptr, EngineOptions());
   EXPECT_TRUE(engine.WaitIdle(absl::ZeroDuration()));
-  GenerationRequest r = Request(Prompt(5, 100), SpecMode::kOff, 300);
+  GenerationRequest r = Request(Prompt(5, 100), SpecMode::Off(), 300);
   ASSERT_TRUE(engine.Validate(r).ok());
   auto sink = std::make_shared<RecordingSink>();
   ASSERT_TRUE(engine.Submit(r, sink).ok());
   while (sink->updates() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   engine.Drain();
   EXPECT_FALSE(engine.WaitIdle(absl::ZeroDuration())) << "the request is still running";
-  GenerationRequest late = Request(Prompt(6), SpecMode::kOff, 8);
+  GenerationRequest late = Request(Prompt(6), SpecMode::Off(), 8);
   ASSERT_TRUE(engine.Validate(late).ok());
   const absl::StatusOr<uint64_t> refused = engine.Submit(late, std::make_shared<RecordingSink>());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
@@ -361,9 +361,9 @@ TEST_F(EngineTest, CancelWhileWaitingForDrafts) {
   options.max_consecutive_timeouts = 1;
   // Two requests waiting for drafts and one ready one: 1 of 3 ready is less than half, so the
   // engine waits for the drafts (or their deadline) before the next step.
-  std::vector<GenerationRequest> requests = {Request(Prompt(41), SpecMode::kNgram, 12),
-                                             Request(Prompt(42), SpecMode::kOff, 12),
-                                             Request(Prompt(43), SpecMode::kNgram, 12)};
+  std::vector<GenerationRequest> requests = {Request(Prompt(41), SpecMode::Of(DrafterKind::kNgram), 12),
+                                             Request(Prompt(42), SpecMode::Off(), 12),
+                                             Request(Prompt(43), SpecMode::Of(DrafterKind::kNgram), 12)};
   const std::vector<int32_t> plain0 = Plain(requests[0]), plain2 = Plain(requests[2]);
   Engine engine(target_.get(), nullptr, &drafts, options);
   const int total = target_->kv_cache().num_pages();
@@ -419,7 +419,7 @@ TEST_F(EngineTest, GarbageDraftsFailOpen) {
     }
     return t;
   });
-  GenerationRequest r = Request(Prompt(4), SpecMode::kNgram);
+  GenerationRequest r = Request(Prompt(4), SpecMode::Of(DrafterKind::kNgram));
   r.spec.max_depth = 8;
   const std::vector<int32_t> plain = Plain(r);
   Engine engine(target_.get(), nullptr, &drafts, EngineOptions());
@@ -437,7 +437,7 @@ TEST_F(EngineTest, SilentDrafterTimesOut) {
   EngineOptions options;
   options.draft_timeout = absl::Milliseconds(20);
   options.max_consecutive_timeouts = 2;
-  GenerationRequest r = Request(Prompt(8), SpecMode::kNgram, 40);
+  GenerationRequest r = Request(Prompt(8), SpecMode::Of(DrafterKind::kNgram), 40);
   const absl::Time plain_start = absl::Now();
   const std::vector<int32_t> plain = Plain(r);
   const double plain_ms = absl::ToDoubleMilliseconds(absl::Now() - plain_start);
@@ -462,7 +462,7 @@ TEST_F(EngineTest, SlowDrafterRecovers) {
   EngineOptions options;
   options.draft_timeout = absl::Milliseconds(20);
   options.max_consecutive_timeouts = 3;
-  GenerationRequest r = Request(Prompt(12), SpecMode::kNgram, 150);
+  GenerationRequest r = Request(Prompt(12), SpecMode::Of(DrafterKind::kNgram), 150);
   const std::vector<int32_t> plain = Plain(r);
   Engine engine(target_.get(), nullptr, &drafts, options);
   GenerationUpdate spec = RunToEnd(engine, r);
@@ -480,11 +480,11 @@ TEST_F(EngineTest, ValidationNamesTheField) {
     EXPECT_EQ(s.code(), code) << s;
     EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr(needle));
   };
-  GenerationRequest ok = Request({5, 6, 7}, SpecMode::kOff, 10);
-  check(Request({}, SpecMode::kOff), absl::StatusCode::kInvalidArgument, "prompt is empty");
-  check(Request({5, 512}, SpecMode::kOff), absl::StatusCode::kInvalidArgument,
+  GenerationRequest ok = Request({5, 6, 7}, SpecMode::Off(), 10);
+  check(Request({}, SpecMode::Off()), absl::StatusCode::kInvalidArgument, "prompt is empty");
+  check(Request({5, 512}, SpecMode::Off()), absl::StatusCode::kInvalidArgument,
         "512 at index 1 is out of range [0, 512)");
-  check(Request(std::vector<int32_t>(512, 5), SpecMode::kOff), absl::StatusCode::kInvalidArgument,
+  check(Request(std::vector<int32_t>(512, 5), SpecMode::Off()), absl::StatusCode::kInvalidArgument,
         "context length is 512");
   GenerationRequest r = ok;
   r.max_new_tokens = 0;
@@ -515,11 +515,11 @@ TEST_F(EngineTest, ValidationNamesTheField) {
   ASSERT_TRUE(engine.Validate(r).ok());
   EXPECT_EQ(r.spec, (SpecLimits{16, 8, 0}));
   r = ok;
-  r.spec_mode = SpecMode::kNgram;
+  r.spec_mode = SpecMode::Of(DrafterKind::kNgram);
   check(r, absl::StatusCode::kFailedPrecondition, "--drafter");
-  r.spec_mode = SpecMode::kAuto;
+  r.spec_mode = SpecMode::Auto();
   EXPECT_TRUE(engine.Validate(r).ok());
-  EXPECT_EQ(r.spec_mode, SpecMode::kOff);
+  EXPECT_EQ(r.spec_mode, SpecMode::Off());
   r = ok;
   r.stop_token_ids.assign(kMaxStopTokenIds + 1, 5);
   check(r, absl::StatusCode::kInvalidArgument, "at most 64 stop_token_ids");
@@ -554,24 +554,32 @@ class StatedPoolSource final : public DraftSource {
 // to them, and a kind no drafter serves is refused.
 TEST_F(EngineTest, SpeculationLimitsFollowWhatTheDraftersServe) {
   NgramDrafterFactory factory{NgramOptions()};
-  StatedPoolSource drafts(&factory, DrafterPoolInfo{1, SpecLimits{8, 64, 8}, {SpecMode::kNgram}});
+  StatedPoolSource drafts(&factory, DrafterPoolInfo{1, SpecLimits{8, 64, 8}, {DrafterKind::kNgram}});
   Engine engine(target_.get(), nullptr, &drafts, EngineOptions());
   EXPECT_EQ(engine.spec_bounds().max.tree_budget, 8);
 
-  GenerationRequest r = Request(Prompt(3), SpecMode::kAuto, 24);
+  GenerationRequest r = Request(Prompt(3), SpecMode::Auto(), 24);
   r.spec.tree_budget = 9;
   absl::Status refused = engine.Validate(r);
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
   EXPECT_THAT(std::string(refused.message()),
               ::testing::HasSubstr("speculation.tree_budget must be in [1, 8] (got 9); 8 is the "
                                    "largest --max_tree_budget of the 1 drafter(s)"));
-  r.spec_mode = SpecMode::kDraftModel;
+  r.spec_mode = SpecMode::Of(DrafterKind::kDraftModel);
   r.spec.tree_budget = 4;
   refused = engine.Validate(r);
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
-  EXPECT_THAT(std::string(refused.message()), ::testing::HasSubstr("--draft_model"));
+  EXPECT_EQ(refused.message(),
+            "speculation.mode DRAFT_MODEL: none of the 1 drafter(s) this verifier has heard from "
+            "serves it (they serve NGRAM); use AUTO or one of those, or start drafters with "
+            "--draft_model=DIR");
+  r.spec_mode = SpecMode::Of(DrafterKind::kDflash);
+  refused = engine.Validate(r);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_THAT(std::string(refused.message()),
+              ::testing::HasSubstr("speculation.mode DFLASH: none of the 1 drafter(s)"));
 
-  GenerationRequest unset = Request(Prompt(3), SpecMode::kNgram, 24);
+  GenerationRequest unset = Request(Prompt(3), SpecMode::Of(DrafterKind::kNgram), 24);
   const std::vector<int32_t> plain = Plain(unset);
   GenerationUpdate out = RunToEnd(engine, unset);
   ASSERT_TRUE(out.status.ok()) << out.status;
@@ -592,15 +600,15 @@ TEST_F(EngineTest, MaxNewTokensLimitIsInvalidArgumentNamingTheFlag) {
   Engine engine(target_.get(), nullptr, nullptr, options);
   EXPECT_EQ(engine.max_new_tokens_limit(), 100);
 
-  GenerationRequest over = Request(Prompt(5), SpecMode::kOff, 101);
+  GenerationRequest over = Request(Prompt(5), SpecMode::Off(), 101);
   const absl::Status refused = engine.Validate(over);
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
   EXPECT_EQ(refused.message(),
             "sampling.max_new_tokens is 101 but this server allows at most 100 "
             "(--max_new_tokens_limit)");
-  GenerationRequest at_limit = Request(Prompt(5), SpecMode::kOff, 100);
+  GenerationRequest at_limit = Request(Prompt(5), SpecMode::Off(), 100);
   EXPECT_TRUE(engine.Validate(at_limit).ok());
-  GenerationRequest unset = Request(Prompt(5), SpecMode::kOff);
+  GenerationRequest unset = Request(Prompt(5), SpecMode::Off());
   unset.max_new_tokens.reset();
   ASSERT_TRUE(engine.Validate(unset).ok());
   EXPECT_EQ(unset.max_new_tokens, 40);
@@ -610,7 +618,7 @@ TEST_F(EngineTest, MaxNewTokensLimitIsInvalidArgumentNamingTheFlag) {
     options.max_new_tokens_limit = limit;
     Engine unlimited(target_.get(), nullptr, nullptr, options);
     EXPECT_EQ(unlimited.max_new_tokens_limit(), 511) << limit;
-    GenerationRequest r = Request(Prompt(5), SpecMode::kOff, 101);
+    GenerationRequest r = Request(Prompt(5), SpecMode::Off(), 101);
     EXPECT_TRUE(unlimited.Validate(r).ok()) << limit;
   }
 }

@@ -1,8 +1,11 @@
 #include "verifier_service/proto_conversion.h"
 
 #include <algorithm>
+#include <optional>
+#include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/rpc/drafter_kind_proto.h"
 #include "common/tokenizer/utf8.h"
 
 namespace treespec {
@@ -68,26 +71,21 @@ absl::StatusOr<GenerationRequest> FromProto(const v1::GenerateRequest& proto,
   r.return_text = proto.return_text();
 
   const v1::SpeculationParams& spec = proto.speculation();
-  switch (static_cast<int>(spec.mode())) {
-    case v1::SPECULATION_MODE_AUTO:
-      r.spec_mode = SpecMode::kAuto;
-      break;
-    case v1::SPECULATION_MODE_OFF:
-      r.spec_mode = SpecMode::kOff;
-      break;
-    case v1::SPECULATION_MODE_NGRAM:
-      r.spec_mode = SpecMode::kNgram;
-      break;
-    case v1::SPECULATION_MODE_DRAFT_MODEL:
-      r.spec_mode = SpecMode::kDraftModel;
-      break;
-    case v1::SPECULATION_MODE_DFLASH:
-      return absl::UnimplementedError(
-          "speculation.mode DFLASH is not served yet; use AUTO, OFF, NGRAM or DRAFT_MODEL");
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "speculation.mode ", static_cast<int>(spec.mode()),
-          " is not a known mode; use AUTO (0), OFF (1), NGRAM (2) or DRAFT_MODEL (3)"));
+  if (spec.mode() == v1::SPECULATION_MODE_AUTO) {
+    r.spec_mode = SpecMode::Auto();
+  } else if (spec.mode() == v1::SPECULATION_MODE_OFF) {
+    r.spec_mode = SpecMode::Off();
+  } else if (const std::optional<DrafterKind> kind = DrafterKindFromProto(spec.mode())) {
+    r.spec_mode = SpecMode::Of(*kind);  // whether a drafter serves it is the engine's question
+  } else {
+    std::string known = "AUTO (0), OFF (1)";
+    for (const DrafterKindInfo& info : AllDrafterKinds()) {
+      absl::StrAppend(&known, ", ", info.mode_name, " (", static_cast<int>(ToProto(info.kind)),
+                      ")");
+    }
+    return absl::InvalidArgumentError(absl::StrCat("speculation.mode ",
+                                                   static_cast<int>(spec.mode()),
+                                                   " is not a known mode; use one of ", known));
   }
   r.spec.tree_budget = spec.tree_budget();  // absent reads 0: unset, as an explicit 0
   r.spec.max_depth = spec.max_depth();
@@ -117,16 +115,8 @@ v1::FinishReason ToProtoReason(FinishReason reason) {
 }  // namespace
 
 v1::SpeculationMode ToProtoMode(SpecMode mode) {
-  switch (mode) {
-    case SpecMode::kOff:
-      return v1::SPECULATION_MODE_OFF;
-    case SpecMode::kAuto:
-      return v1::SPECULATION_MODE_AUTO;
-    case SpecMode::kNgram:
-      return v1::SPECULATION_MODE_NGRAM;
-    case SpecMode::kDraftModel:
-      return v1::SPECULATION_MODE_DRAFT_MODEL;
-  }
+  if (mode.off()) return v1::SPECULATION_MODE_OFF;
+  if (const std::optional<DrafterKind> kind = mode.kind()) return ToProto(*kind);
   return v1::SPECULATION_MODE_AUTO;
 }
 
@@ -161,10 +151,13 @@ DrafterDescription FromProto(const v1::DrafterInfo& proto) {
   d.spec.defaults = FromProto(proto.defaults());
   d.spec.max = FromProto(proto.max());
   for (int mode : proto.modes()) {
-    if (mode == v1::SPECULATION_MODE_NGRAM) d.modes.push_back(SpecMode::kNgram);
-    if (mode == v1::SPECULATION_MODE_DRAFT_MODEL) d.modes.push_back(SpecMode::kDraftModel);
+    // A kind this build does not know is one its requests cannot name: left out.
+    if (const std::optional<DrafterKind> kind = DrafterKindFromProto(mode)) {
+      d.kinds.push_back(*kind);
+    }
   }
-  std::sort(d.modes.begin(), d.modes.end());
+  std::sort(d.kinds.begin(), d.kinds.end());
+  d.kinds.erase(std::unique(d.kinds.begin(), d.kinds.end()), d.kinds.end());
   return d;
 }
 

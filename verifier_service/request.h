@@ -9,12 +9,34 @@
 
 #include "absl/status/status.h"
 #include "common/model/sampling.h"
+#include "common/tree/drafter_kind.h"
 #include "common/tree/spec_limits.h"
 
 namespace treespec {
 
-// kAuto: the drafter's default (draft model when it has one, else ngram).
-enum class SpecMode { kOff, kAuto, kNgram, kDraftModel };
+// The speculation a request asks for: none, AUTO (the drafter's default kind: the draft model
+// where it has one, else ngram), or one kind by name.
+class SpecMode {
+ public:
+  static constexpr SpecMode Off() { return SpecMode(How::kOff, DrafterKind::kNgram); }
+  static constexpr SpecMode Auto() { return SpecMode(How::kAuto, DrafterKind::kNgram); }
+  static constexpr SpecMode Of(DrafterKind kind) { return SpecMode(How::kKind, kind); }
+
+  bool off() const { return how_ == How::kOff; }
+  bool automatic() const { return how_ == How::kAuto; }
+  // The kind asked for by name; nullopt for Off and Auto.
+  std::optional<DrafterKind> kind() const {
+    return how_ == How::kKind ? std::optional<DrafterKind>(kind_) : std::nullopt;
+  }
+  bool operator==(const SpecMode& o) const { return how_ == o.how_ && kind() == o.kind(); }
+  bool operator!=(const SpecMode& o) const { return !(*this == o); }
+
+ private:
+  enum class How { kOff, kAuto, kKind };
+  constexpr SpecMode(How how, DrafterKind kind) : how_(how), kind_(kind) {}
+  How how_;
+  DrafterKind kind_;  // with How::kKind
+};
 
 enum class FinishReason { kNone, kLength, kEos, kStopToken, kStopString, kContext, kCancelled };
 
@@ -54,7 +76,7 @@ struct GenerationRequest {
   std::vector<std::string> stop_strings;
   bool ignore_eos = false;
   bool return_text = false;
-  SpecMode spec_mode = SpecMode::kOff;
+  SpecMode spec_mode = SpecMode::Off();
   // As the client set them, 0 = unset; Validate resolves them (tree budget and depth set).
   SpecLimits spec;
 };
