@@ -251,10 +251,8 @@ absl::Status Run() {
   std::printf("treespec-drafter listening on %s:%d\n", host.c_str(), port);
   std::fflush(stdout);
   TS_LOG(kInfo, "serving as %s: default mode %s, %d drafting threads, defaults %s, maxima %s",
-         service.info().drafter_id(),
-         DrafterKindName(options.default_kind),
-         options.worker_threads, SpecLimitsString(options.spec.defaults),
-         SpecLimitsString(options.spec.max));
+         service.info().drafter_id(), DrafterKindName(options.default_kind), options.worker_threads,
+         SpecLimitsString(options.spec.defaults), SpecLimitsString(options.spec.max));
 
   const int signal = WaitForShutdownSignal();
   Drain(*server, service, signal, absl::Seconds(drain_seconds));

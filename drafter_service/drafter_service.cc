@@ -67,9 +67,9 @@ absl::Status ValidateDrafterServiceOptions(const DrafterServiceOptions& options,
   if (served.empty()) return absl::InvalidArgumentError("no drafter kind to serve");
   if (drafters.Find(options.default_kind) == nullptr) {
     const DrafterKindInfo& kind = InfoOf(options.default_kind);
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--default_mode=", kind.name, " needs ", kind.needs, "; or use one of the kinds served: ",
-        DrafterKindNames(served)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--default_mode=", kind.name, " needs ", kind.needs,
+                     "; or use one of the kinds served: ", DrafterKindNames(served)));
   }
   if (absl::Status s = ValidateSpecBounds(options.spec); !s.ok()) return s;
   if (options.vocab_size < 0) {
@@ -246,7 +246,6 @@ class DrafterService::SessionReactor final
           absl::StrCat("open.request_id is not valid UTF-8 (byte ", at, ")"));
     }
     if (!id.empty()) request_id_ = id;
-    const std::vector<DrafterKind> served = service_->drafters_.kinds();
     if (open.mode() == v1::SPECULATION_MODE_OFF) {
       return absl::InvalidArgumentError(
           "mode OFF drafts nothing: verify without a drafter session instead of opening one");
@@ -258,15 +257,16 @@ class DrafterService::SessionReactor final
     } else {  // proto3 enums are open: the wire may carry values we do not know
       return absl::InvalidArgumentError(
           absl::StrCat("unknown speculation mode ", static_cast<int>(open.mode()),
-                       "; use AUTO or one of the kinds served: ", DrafterModeNames(served)));
+                       "; use AUTO or one of the kinds served: ",
+                       DrafterModeNames(service_->drafters_.kinds())));
     }
     factory_ = service_->drafters_.Find(kind_);
     if (factory_ == nullptr) {
       const DrafterKindInfo& kind = InfoOf(kind_);
       return absl::FailedPreconditionError(
           absl::StrCat("mode ", kind.mode_name, " is not served by this drafter (it serves ",
-                       DrafterModeNames(served), "); use one of those, or a drafter with ",
-                       kind.needs));
+                       DrafterModeNames(service_->drafters_.kinds()),
+                       "); use one of those, or a drafter with ", kind.needs));
     }
     const SpecLimits asked{open.tree_budget(), open.max_depth(), open.top_k()};
     if (asked.tree_budget < 0 || asked.max_depth < 0 || asked.top_k < 0) {
@@ -453,8 +453,8 @@ class DrafterService::SessionReactor final
   double draft_ms_ = 0.0;
 };
 
-DrafterService::DrafterService(const DrafterServiceOptions& options,
-                               DrafterRegistry drafters, DrafterMetrics* metrics)
+DrafterService::DrafterService(const DrafterServiceOptions& options, DrafterRegistry drafters,
+                               DrafterMetrics* metrics)
     : options_(options),
       drafters_(std::move(drafters)),
       info_(MakeInfo(options_, drafters_)),

@@ -41,8 +41,8 @@ struct DraftOpenParams {
 // What the drafters a source has heard from serve (each states it: Drafter.GetInfo and every
 // session's DraftOpened).
 struct DrafterPoolInfo {
-  int drafters = 0;             // drafters heard from lately; 0 = none (nothing is known)
-  SpecLimits max;               // each field the largest any of them serves
+  int drafters = 0;                // drafters heard from lately; 0 = none (nothing is known)
+  SpecLimits max;                  // each field the largest any of them serves
   std::vector<DrafterKind> kinds;  // the kinds some of them serve, sorted
 };
 

@@ -20,8 +20,8 @@ namespace treespec {
 
 // One drafter's statement (v1::DrafterInfo as domain types).
 struct DrafterDescription {
-  std::string id;               // the drafter process; a restart is a new id
-  SpecBounds spec;              // its defaults and maxima
+  std::string id;                  // the drafter process; a restart is a new id
+  SpecBounds spec;                 // its defaults and maxima
   std::vector<DrafterKind> kinds;  // kinds it serves, sorted
 };
 

@@ -224,11 +224,11 @@ absl::Status Engine::ValidateSpeculation(GenerationRequest& r) const {
   if (pool.drafters > 0 && kind.has_value() &&
       std::find(pool.kinds.begin(), pool.kinds.end(), *kind) == pool.kinds.end()) {
     const DrafterKindInfo& info = InfoOf(*kind);
-    return absl::FailedPreconditionError(absl::StrCat(
-        "speculation.mode ", info.mode_name, ": none of the ", pool.drafters,
-        " drafter(s) this verifier has heard from serves it (they serve ",
-        DrafterModeNames(pool.kinds), "); use AUTO or one of those, or start drafters with ",
-        info.needs));
+    return absl::FailedPreconditionError(
+        absl::StrCat("speculation.mode ", info.mode_name, ": none of the ", pool.drafters,
+                     " drafter(s) this verifier has heard from serves it (they serve ",
+                     DrafterModeNames(pool.kinds),
+                     "); use AUTO or one of those, or start drafters with ", info.needs));
   }
   return absl::OkStatus();
 }

@@ -187,7 +187,8 @@ TEST_F(EngineTest, BatchEqualsRequestsAlone) {
   std::vector<GenerationRequest> requests;
   for (int i = 0; i < 5; ++i) {
     GenerationRequest r =
-        Request(Prompt(10 + i, 20 + 7 * i), i % 2 ? SpecMode::Of(DrafterKind::kNgram) : SpecMode::Off(), 30 + 5 * i);
+        Request(Prompt(10 + i, 20 + 7 * i),
+                i % 2 ? SpecMode::Of(DrafterKind::kNgram) : SpecMode::Off(), 30 + 5 * i);
     r.sampling.temperature = i == 4 ? 0.9f : 0.0f;
     r.sampling.seed = i;
     requests.push_back(r);
@@ -361,9 +362,10 @@ TEST_F(EngineTest, CancelWhileWaitingForDrafts) {
   options.max_consecutive_timeouts = 1;
   // Two requests waiting for drafts and one ready one: 1 of 3 ready is less than half, so the
   // engine waits for the drafts (or their deadline) before the next step.
-  std::vector<GenerationRequest> requests = {Request(Prompt(41), SpecMode::Of(DrafterKind::kNgram), 12),
-                                             Request(Prompt(42), SpecMode::Off(), 12),
-                                             Request(Prompt(43), SpecMode::Of(DrafterKind::kNgram), 12)};
+  std::vector<GenerationRequest> requests = {
+      Request(Prompt(41), SpecMode::Of(DrafterKind::kNgram), 12),
+      Request(Prompt(42), SpecMode::Off(), 12),
+      Request(Prompt(43), SpecMode::Of(DrafterKind::kNgram), 12)};
   const std::vector<int32_t> plain0 = Plain(requests[0]), plain2 = Plain(requests[2]);
   Engine engine(target_.get(), nullptr, &drafts, options);
   const int total = target_->kv_cache().num_pages();
@@ -554,7 +556,8 @@ class StatedPoolSource final : public DraftSource {
 // to them, and a kind no drafter serves is refused.
 TEST_F(EngineTest, SpeculationLimitsFollowWhatTheDraftersServe) {
   NgramDrafterFactory factory{NgramOptions()};
-  StatedPoolSource drafts(&factory, DrafterPoolInfo{1, SpecLimits{8, 64, 8}, {DrafterKind::kNgram}});
+  StatedPoolSource drafts(&factory,
+                          DrafterPoolInfo{1, SpecLimits{8, 64, 8}, {DrafterKind::kNgram}});
   Engine engine(target_.get(), nullptr, &drafts, EngineOptions());
   EXPECT_EQ(engine.spec_bounds().max.tree_budget, 8);
 

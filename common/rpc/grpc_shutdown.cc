@@ -21,8 +21,7 @@ bool AwaitGrpcShutdown(absl::Duration timeout) {
 
 int AfterGrpcShutdown(int exit_code) {
   if (!AwaitGrpcShutdown(absl::Seconds(10))) {
-    std::fputs("gRPC was still running 10 s after the last object went; exiting anyway\n",
-               stderr);
+    std::fputs("gRPC was still running 10 s after the last object went; exiting anyway\n", stderr);
   }
   return exit_code;
 }
