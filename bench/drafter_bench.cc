@@ -169,7 +169,7 @@ absl::StatusOr<Result> InProcess(const std::string& name, DrafterFactory& factor
   const TargetText text(vocab, 1);
   ASSIGN_OR_RETURN(std::unique_ptr<DraftSession> session, factory.NewSession());
   int64_t pos = absl::GetFlag(FLAGS_context);
-  RETURN_IF_ERROR(session->Append(text.Range(0, pos)));
+  RETURN_IF_ERROR(session->Append(TokenContext(text.Range(0, pos))));
   const SpecLimits limits{absl::GetFlag(FLAGS_tree_budget), absl::GetFlag(FLAGS_max_depth)};
   const int steps = absl::GetFlag(FLAGS_steps);
   DraftedTree tree;
@@ -182,7 +182,7 @@ absl::StatusOr<Result> InProcess(const std::string& name, DrafterFactory& factor
     pos += static_cast<int64_t>(emitted.size());
     emitted_total += static_cast<int64_t>(emitted.size());
     const auto t0 = Clock::now();
-    ASSIGN_OR_RETURN(tree, session->AppendAndDraft(emitted, limits));
+    ASSIGN_OR_RETURN(tree, session->AppendAndDraft(TokenContext(emitted), limits));
     total += Clock::now() - t0;
     nodes += static_cast<int64_t>(tree.tokens.size());
   }
@@ -207,7 +207,7 @@ absl::StatusOr<Result> Concurrent(const std::string& name, DrafterFactory& facto
   std::vector<std::unique_ptr<DraftSession>> open(sessions);
   for (auto& session : open) {
     ASSIGN_OR_RETURN(session, factory.NewSession());
-    RETURN_IF_ERROR(session->Append(text.Range(0, context)));
+    RETURN_IF_ERROR(session->Append(TokenContext(text.Range(0, context))));
   }
   std::vector<absl::Status> status(sessions);
   std::vector<int64_t> nodes(sessions, 0), emitted(sessions, 0);
@@ -224,7 +224,7 @@ absl::StatusOr<Result> Concurrent(const std::string& name, DrafterFactory& facto
         const std::vector<int32_t> e = Emit(text, pos, tree.tokens, tree.parents);
         pos += static_cast<int64_t>(e.size());
         emitted[i] += static_cast<int64_t>(e.size());
-        absl::StatusOr<DraftedTree> next = open[i]->AppendAndDraft(e, limits);
+        absl::StatusOr<DraftedTree> next = open[i]->AppendAndDraft(TokenContext(e), limits);
         if (!next.ok()) {
           status[i] = next.status();
           break;

@@ -84,10 +84,10 @@ std::vector<std::vector<DraftedTree>> DraftTogether(DrafterFactory& factory, int
   for (int s = 0; s < kSessions; ++s) {
     threads.emplace_back([&, s] {
       auto session = *factory.NewSession();
-      absl::Status st = session->Append(Tokens(20 + s, vocab, 100 + s));
+      absl::Status st = session->Append(TokenContext(Tokens(20 + s, vocab, 100 + s)));
       for (int step = 0; step < 3 && st.ok(); ++step) {
-        absl::StatusOr<DraftedTree> tree =
-            session->AppendAndDraft(Tokens(1 + step, vocab, 200 + s * 3 + step), {12, 5});
+        absl::StatusOr<DraftedTree> tree = session->AppendAndDraft(
+            TokenContext(Tokens(1 + step, vocab, 200 + s * 3 + step)), {12, 5});
         if (tree.ok()) {
           trees[s].push_back(*tree);
         } else {
@@ -115,11 +115,11 @@ TEST(DraftBatcherTest, ConcurrentSessionsShareForwardsAndDraftWhatTheyDraftAlone
   for (int s = 0; s < kSessions; ++s) {
     ASSERT_TRUE(status[s].ok()) << "session " << s << ": " << status[s];
     auto session = *alone.NewSession();
-    ASSERT_TRUE(session->Append(Tokens(20 + s, config.vocab_size, 100 + s)).ok());
+    ASSERT_TRUE(session->Append(TokenContext(Tokens(20 + s, config.vocab_size, 100 + s))).ok());
     ASSERT_EQ(got[s].size(), 3u);
     for (int step = 0; step < 3; ++step) {
       const DraftedTree want = *session->AppendAndDraft(
-          Tokens(1 + step, config.vocab_size, 200 + s * 3 + step), {12, 5});
+          TokenContext(Tokens(1 + step, config.vocab_size, 200 + s * 3 + step)), {12, 5});
       EXPECT_EQ(got[s][step].tokens, want.tokens) << "session " << s << " step " << step;
       EXPECT_EQ(got[s][step].parents, want.parents) << "session " << s << " step " << step;
       EXPECT_EQ(got[s][step].logprobs, want.logprobs) << "session " << s << " step " << step;
@@ -157,7 +157,7 @@ TEST(DraftBatcherTest, ABackendReturningTheWrongRowsIsAnErrorNotACrash) {
   watched->drop_row_ = true;
   DraftModelDrafterFactory factory(std::move(watched), DraftModelOptions());
   auto session = *factory.NewSession();
-  const absl::Status s = session->Append(Tokens(5, config.vocab_size, 1));
+  const absl::Status s = session->Append(TokenContext(Tokens(5, config.vocab_size, 1)));
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
   EXPECT_NE(s.message().find("ranked rows"), absl::string_view::npos) << s;
 }

@@ -293,7 +293,8 @@ bool DraftModelSession::StartAppend(absl::Span<const int32_t> tokens, absl::Stat
   return true;
 }
 
-absl::Status DraftModelSession::Append(absl::Span<const int32_t> tokens) {
+absl::Status DraftModelSession::Append(const DraftContext& added) {
+  const absl::Span<const int32_t> tokens = added.tokens;
   absl::Status status;
   if (!StartAppend(tokens, &status)) return status;
   AppendJob job(*this, tokens);
@@ -334,8 +335,9 @@ absl::StatusOr<DraftedTree> DraftModelSession::Draft(const SpecLimits& limits) {
   return FinishDraft(*job, status);
 }
 
-absl::StatusOr<DraftedTree> DraftModelSession::AppendAndDraft(absl::Span<const int32_t> tokens,
+absl::StatusOr<DraftedTree> DraftModelSession::AppendAndDraft(const DraftContext& added,
                                                               const SpecLimits& limits) {
+  const absl::Span<const int32_t> tokens = added.tokens;
   absl::Status status;
   if (!StartAppend(tokens, &status)) {
     if (!status.ok()) return status;

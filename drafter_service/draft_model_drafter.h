@@ -51,12 +51,12 @@ class DraftModelSession final : public DraftSession {
   // RESOURCE_EXHAUSTED when the KV pool is full (the session is unusable afterwards).
   // Tokens beyond the model's context window are accepted but end drafting: later drafts
   // are empty.
-  absl::Status Append(absl::Span<const int32_t> tokens) override;
+  absl::Status Append(const DraftContext& added) override;
   // Chain: greedy, min(budget, depth) nodes. Tree: see the file comment. The draft's K/V is
   // dropped afterwards (the cache is truncated back to the committed context).
   absl::StatusOr<DraftedTree> Draft(const SpecLimits& limits) override;
   // Both as one batcher job.
-  absl::StatusOr<DraftedTree> AppendAndDraft(absl::Span<const int32_t> tokens,
+  absl::StatusOr<DraftedTree> AppendAndDraft(const DraftContext& added,
                                              const SpecLimits& limits) override;
 
   int committed_len() const { return committed_len_; }

@@ -67,7 +67,7 @@ class DraftModelDrafterTest : public ::testing::Test {
                                          const std::vector<int32_t>& context) {
     factories_.push_back(std::make_unique<DraftModelDrafterFactory>(MakeLm(config_, 7), options));
     auto session = *factories_.back()->NewSession();
-    const absl::Status appended = session->Append(context);
+    const absl::Status appended = session->Append(TokenContext(context));
     EXPECT_TRUE(appended.ok()) << appended;
     return appended.ok() ? std::move(session) : nullptr;
   }
@@ -81,7 +81,7 @@ TEST_F(DraftModelDrafterTest, ChainIsGreedyDecoding) {
   auto factory = Factory(DraftShape::kChain);
   auto session = *factory->NewSession();
   std::vector<int32_t> context = RandomTokens(37, config_.vocab_size, 1);
-  ASSERT_TRUE(session->Append(context).ok());
+  ASSERT_TRUE(session->Append(TokenContext(context)).ok());
   DraftedTree tree = *session->Draft(SpecLimits{16, 8});
   ASSERT_EQ(tree.tokens.size(), 8u);
   for (int d = 0; d < 8; ++d) {
@@ -131,7 +131,7 @@ TEST_F(DraftModelDrafterTest, TreeIsTheExactBestFirstTreeWithTrueLogprobs) {
     auto factory = Factory(DraftShape::kTree);
     auto session = *factory->NewSession();
     const std::vector<int32_t> context = RandomTokens(29, config_.vocab_size, 2);
-    ASSERT_TRUE(session->Append(context).ok());
+    ASSERT_TRUE(session->Append(TokenContext(context)).ok());
     for (SpecLimits limits :
          {SpecLimits{16, 8, top_k}, SpecLimits{10, 3, top_k}, SpecLimits{5, 1, top_k}}) {
       DraftedTree tree = *session->Draft(limits);
@@ -184,7 +184,7 @@ TEST_F(DraftModelDrafterTest, AppendAfterDraftContinuesCorrectly) {
     auto factory = Factory(shape);
     auto session = *factory->NewSession();
     std::vector<int32_t> context = RandomTokens(40, config_.vocab_size, 3);
-    ASSERT_TRUE(session->Append(context).ok());
+    ASSERT_TRUE(session->Append(TokenContext(context)).ok());
     for (int step = 0; step < 5; ++step) {
       DraftedTree tree = *session->Draft(SpecLimits{12, 6});
       ASSERT_FALSE(tree.tokens.empty());
@@ -192,14 +192,14 @@ TEST_F(DraftModelDrafterTest, AppendAfterDraftContinuesCorrectly) {
       std::vector<int32_t> emitted;
       if (step % 2 == 0) emitted.push_back(tree.tokens[0]);
       emitted.push_back(static_cast<int32_t>((step * 31 + 5) % config_.vocab_size));
-      ASSERT_TRUE(session->Append(emitted).ok());
+      ASSERT_TRUE(session->Append(TokenContext(emitted)).ok());
       context.insert(context.end(), emitted.begin(), emitted.end());
     }
     auto* model_session = static_cast<DraftModelSession*>(session.get());
     EXPECT_EQ(model_session->committed_len(), static_cast<int>(context.size()));
     // A fresh session given the whole context at once drafts the very same tree.
     auto fresh = *factory->NewSession();
-    ASSERT_TRUE(fresh->Append(context).ok());
+    ASSERT_TRUE(fresh->Append(TokenContext(context)).ok());
     DraftedTree a = *session->Draft(SpecLimits{12, 6});
     DraftedTree b = *fresh->Draft(SpecLimits{12, 6});
     EXPECT_EQ(a.tokens, b.tokens);
@@ -212,14 +212,14 @@ TEST_F(DraftModelDrafterTest, LimitsEmptyContextAndBadTokens) {
   auto factory = Factory(DraftShape::kTree);
   auto session = *factory->NewSession();
   EXPECT_THAT(session->Draft(SpecLimits{16, 8})->tokens, IsEmpty());  // nothing appended
-  ASSERT_TRUE(session->Append(RandomTokens(10, config_.vocab_size, 4)).ok());
+  ASSERT_TRUE(session->Append(TokenContext(RandomTokens(10, config_.vocab_size, 4))).ok());
   EXPECT_THAT(session->Draft(SpecLimits{0, 8})->tokens, IsEmpty());
   DraftedTree flat = *session->Draft(SpecLimits{7, 1});
   EXPECT_EQ(flat.tokens.size(), 7u);
   for (int32_t p : flat.parents) EXPECT_EQ(p, -1);
   EXPECT_EQ(session->Draft(SpecLimits{1, 8})->tokens.size(), 1u);
 
-  absl::Status bad = session->Append(std::vector<int32_t>{3, config_.vocab_size});
+  absl::Status bad = session->Append(TokenContext(std::vector<int32_t>{3, config_.vocab_size}));
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(bad.message()), ::testing::HasSubstr("token id 512 out of range"));
 }
@@ -246,14 +246,16 @@ TEST_F(DraftModelDrafterTest, ContextWindowEndsDraftingGracefully) {
   auto factory = Factory(DraftShape::kTree);
   auto session = *factory->NewSession();
   const int window = config_.max_position_embeddings;
-  ASSERT_TRUE(session->Append(RandomTokens(window - 3, config_.vocab_size, 5)).ok());
+  ASSERT_TRUE(session->Append(TokenContext(RandomTokens(window - 3, config_.vocab_size, 5))).ok());
   // Nodes above the deepest level must fit in the window: depth <= window - L + 1 = 4.
   DraftedTree tree = *session->Draft(SpecLimits{16, 8});
   EXPECT_TRUE(ValidateDraftedTree(tree, config_.vocab_size, 16, 4).ok());
-  ASSERT_TRUE(session->Append(RandomTokens(3, config_.vocab_size, 6)).ok());  // exactly full
+  ASSERT_TRUE(
+      session->Append(TokenContext(RandomTokens(3, config_.vocab_size, 6))).ok());  // exactly full
   EXPECT_TRUE(
       ValidateDraftedTree(*session->Draft(SpecLimits{16, 8}), config_.vocab_size, 16, 1).ok());
-  ASSERT_TRUE(session->Append(RandomTokens(2, config_.vocab_size, 7)).ok());  // beyond
+  ASSERT_TRUE(
+      session->Append(TokenContext(RandomTokens(2, config_.vocab_size, 7))).ok());  // beyond
   EXPECT_THAT(session->Draft(SpecLimits{16, 8})->tokens, IsEmpty());
 }
 
@@ -263,14 +265,14 @@ TEST_F(DraftModelDrafterTest, ConcurrentSessionsShareTheModel) {
   std::vector<std::vector<int32_t>> got(kThreads), want(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     auto session = *factory->NewSession();
-    session->Append(RandomTokens(30 + t, config_.vocab_size, 10 + t)).IgnoreError();
+    session->Append(TokenContext(RandomTokens(30 + t, config_.vocab_size, 10 + t))).IgnoreError();
     want[t] = session->Draft(SpecLimits{16, 8})->tokens;
   }
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       auto session = *factory->NewSession();
-      session->Append(RandomTokens(30 + t, config_.vocab_size, 10 + t)).IgnoreError();
+      session->Append(TokenContext(RandomTokens(30 + t, config_.vocab_size, 10 + t))).IgnoreError();
       for (int i = 0; i < 3; ++i) got[t] = session->Draft(SpecLimits{16, 8})->tokens;
     });
   }

@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "absl/types/span.h"
+#include "common/tree/draft_context.h"
 #include "common/tree/spec_limits.h"
 #include "common/tree/token_tree.h"
 
@@ -15,18 +15,19 @@ namespace treespec {
 class DraftSession {
  public:
   virtual ~DraftSession() = default;
-  // Appends tokens to the context. The first call carries the prompt; later calls carry the
-  // tokens the verifier emitted, the last of which is the pending bonus token.
-  virtual absl::Status Append(absl::Span<const int32_t> tokens) = 0;
+  // Adds to the context (common/tree/draft_context.h). The first call carries the prompt;
+  // later calls carry the tokens the verifier emitted, the last of which is the pending bonus,
+  // and, for a drafter that takes them, the target's features of the context tokens before it.
+  virtual absl::Status Append(const DraftContext& added) = 0;
   // Drafts continuations after the last appended token (the bonus), at most
   // limits.tree_budget nodes and limits.max_depth deep, ranking limits.top_k candidates per
   // expanded node where the drafter ranks any (0 = the tree budget). May be empty.
   virtual absl::StatusOr<DraftedTree> Draft(const SpecLimits& limits) = 0;
-  // Append(tokens), then Draft(limits), in one call: a drafter that batches its sessions' model
+  // Append(added), then Draft(limits), in one call: a drafter that batches its sessions' model
   // work (DraftBatcher) runs both as one job, without a round trip between them.
-  virtual absl::StatusOr<DraftedTree> AppendAndDraft(absl::Span<const int32_t> tokens,
+  virtual absl::StatusOr<DraftedTree> AppendAndDraft(const DraftContext& added,
                                                      const SpecLimits& limits) {
-    if (absl::Status s = Append(tokens); !s.ok()) return s;
+    if (absl::Status s = Append(added); !s.ok()) return s;
     return Draft(limits);
   }
 };
@@ -35,6 +36,9 @@ class DrafterFactory {
  public:
   virtual ~DrafterFactory() = default;
   virtual absl::StatusOr<std::unique_ptr<DraftSession>> NewSession() = 0;
+  // The target features its sessions take with every commit; empty: tokens only (the service
+  // refuses features sent to such a session).
+  virtual FeatureSpec features() const { return {}; }
 };
 
 }  // namespace treespec

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/rpc/draft_context_proto.h"
 #include "common/rpc/drafter_kind_proto.h"
 #include "common/rpc/spec_limits_proto.h"
 #include "common/rpc/status_conversion.h"
@@ -188,7 +189,7 @@ class DrafterService::SessionReactor final
   struct Work {
     bool open = false;
     int64_t step = 0;
-    std::vector<int32_t> tokens;  // the prompt for open, the emitted tokens for a commit
+    DraftContext added;  // the prompt for open, the commit's tokens and features
   };
 
   // The message just read, into request_.
@@ -219,11 +220,14 @@ class DrafterService::SessionReactor final
               absl::StrCat("commit step ", commit.step(),
                            " carries no tokens; it must end with the pending bonus token"));
         }
-        absl::Status status = CheckTokens(commit.tokens(), service_->options_.vocab_size,
-                                          absl::StrCat("commit step ", commit.step(), ":"));
+        const std::string what = absl::StrCat("commit step ", commit.step());
+        absl::Status status =
+            CheckTokens(commit.tokens(), service_->options_.vocab_size, what + ":");
         if (!status.ok()) return status;
-        queue_.push_back(
-            Work{false, commit.step(), {commit.tokens().begin(), commit.tokens().end()}});
+        absl::StatusOr<DraftContext> added = DraftContextFromProto(commit, what);
+        if (!added.ok()) return added.status();
+        if (status = CheckFeatureRowsLocked(*added, what); !status.ok()) return status;
+        queue_.push_back(Work{false, commit.step(), *std::move(added)});
         return absl::OkStatus();
       }
       case v1::DraftRequest::KIND_NOT_SET:
@@ -283,11 +287,40 @@ class DrafterService::SessionReactor final
     absl::Status status = CheckTokens(open.prompt_ids(), options.vocab_size, "prompt");
     if (!status.ok()) return status;
     opened_ = true;
-    queue_.push_back(Work{true, 0, {open.prompt_ids().begin(), open.prompt_ids().end()}});
+    context_tokens_ = open.prompt_ids().size();
+    queue_.push_back(Work{true, 0, {{open.prompt_ids().begin(), open.prompt_ids().end()}, {}}});
     v1::DraftResponse opened;
     ToProto(limits_, opened.mutable_opened()->mutable_limits());
     *opened.mutable_opened()->mutable_drafter() = service_->info_;
     writes_.push_back(std::move(opened));
+    return absl::OkStatus();
+  }
+
+  // A session that takes features must hold a row for every context token but the pending
+  // bonus after each commit (common/tree/draft_context.h), each as wide as its kind needs; one
+  // that takes none gets none.
+  absl::Status CheckFeatureRowsLocked(const DraftContext& added, const std::string& what) {
+    const FeatureSpec spec = factory_->features();
+    const TargetFeatures& f = added.features;
+    context_tokens_ += static_cast<int64_t>(added.tokens.size());
+    if (spec.empty()) {
+      if (f.empty()) return absl::OkStatus();
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": features: a ", InfoOf(kind_).mode_name,
+                       " session reads tokens only; send no features (feature_rows 0)"));
+    }
+    if (!f.empty() && f.width != spec.width()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": features rows are ", f.width, " values wide; this ", InfoOf(kind_).mode_name,
+          " drafter needs ", FeatureSpecString(spec), " = ", spec.width()));
+    }
+    feature_rows_ += f.rows;
+    if (feature_rows_ != context_tokens_ - 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": features: the session has ", feature_rows_, " feature rows for ",
+                       context_tokens_, " context tokens; a ", InfoOf(kind_).mode_name,
+                       " session needs one per token but the last (the pending bonus)"));
+    }
     return absl::OkStatus();
   }
 
@@ -361,14 +394,14 @@ class DrafterService::SessionReactor final
       absl::StatusOr<std::unique_ptr<DraftSession>> session = factory_->NewSession();
       if (session.ok()) {
         session_ = *std::move(session);
-        status = session_->Append(work.tokens);
+        status = session_->Append(work.added);
       } else {
         status = session.status();
       }
     } else {
       respond = true;
       response.mutable_tree()->set_step(work.step);
-      status = AppendAndDraftInto(work.tokens, work.step, response.mutable_tree());
+      status = AppendAndDraftInto(work.added, work.step, response.mutable_tree());
     }
     std::lock_guard<std::mutex> lock(mu_);
     scheduled_ = false;
@@ -383,19 +416,18 @@ class DrafterService::SessionReactor final
   // Appends the commit's tokens and drafts the tree answering commit `step` (one call, so a
   // batching drafter runs both as one job), unless a newer commit is already queued: the
   // verifier ignores stale trees, so that step only appends and gets an empty tree.
-  absl::Status AppendAndDraftInto(absl::Span<const int32_t> tokens, int64_t step,
-                                  v1::DraftTree* out) {
+  absl::Status AppendAndDraftInto(const DraftContext& added, int64_t step, v1::DraftTree* out) {
     ++steps_;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!queue_.empty()) {
         ++stale_steps_;
         if (service_->metrics_ != nullptr) service_->metrics_->OnStaleStep();
-        return session_->Append(tokens);
+        return session_->Append(added);
       }
     }
     const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<DraftedTree> tree = session_->AppendAndDraft(tokens, limits_);
+    absl::StatusOr<DraftedTree> tree = session_->AppendAndDraft(added, limits_);
     if (!tree.ok()) return tree.status();
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -437,7 +469,9 @@ class DrafterService::SessionReactor final
   bool failed_ = false;
   bool finished_ = false;  // Finish was called
   absl::Status error_;
-  absl::Time last_heard_;  // the verifier's latest message (or the stream's start)
+  absl::Time last_heard_;       // the verifier's latest message (or the stream's start)
+  int64_t context_tokens_ = 0;  // prompt and committed tokens accepted so far
+  int64_t feature_rows_ = 0;    // target feature rows accepted so far
 
   // Set by the open (under mu_) before the first task; read by tasks afterwards.
   std::string request_id_;

@@ -13,6 +13,8 @@
 
 #include "common/model/cpu_causal_lm.h"
 #include "common/model/cpu_test_util.h"
+#include "common/model/dtype.h"
+#include "common/rpc/draft_context_proto.h"
 #include "common/rpc/spec_limits_proto.h"
 #include "drafter_service/draft_model_drafter.h"
 #include "drafter_service/ngram_drafter.h"
@@ -33,7 +35,8 @@ constexpr int kVocab = 512;  // SmallLlamaConfig's
 class DrafterServiceTest : public ::testing::Test {
  protected:
   void Start(bool with_draft_model, DrafterKind default_kind = DrafterKind::kNgram,
-             absl::Duration idle_timeout = absl::Seconds(60)) {
+             absl::Duration idle_timeout = absl::Seconds(60),
+             std::unique_ptr<DrafterFactory> dflash = nullptr) {
     DrafterServiceOptions options;
     options.default_kind = default_kind;
     options.session_idle_timeout = idle_timeout;
@@ -49,6 +52,7 @@ class DrafterServiceTest : public ::testing::Test {
       drafters.Add(DrafterKind::kDraftModel,
                    std::make_unique<DraftModelDrafterFactory>(*std::move(lm), DraftModelOptions{}));
     }
+    if (dflash != nullptr) drafters.Add(DrafterKind::kDflash, std::move(dflash));
     ASSERT_TRUE(ValidateDrafterServiceOptions(options, drafters).ok());
     service_ = std::make_unique<DrafterService>(options, std::move(drafters), &metrics_);
     grpc::ServerBuilder builder;
@@ -124,6 +128,49 @@ class DrafterServiceTest : public ::testing::Test {
   std::unique_ptr<v1::Drafter::Stub> stub_;
 };
 
+// A drafter that takes target features (2 layers x hidden 2) and drafts one node saying what
+// it holds: its token is the number of feature rows received, its log-probability the first
+// value of the newest row.
+class FeatureCountingSession final : public DraftSession {
+ public:
+  absl::Status Append(const DraftContext& added) override {
+    rows_.Append(added.features);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<DraftedTree> Draft(const SpecLimits&) override {
+    DraftedTree tree;
+    tree.tokens = {rows_.rows};
+    tree.parents = {-1};
+    tree.logprobs = {rows_.empty() ? 0.0f
+                                   : Bf16BitsToFloat(rows_.bf16[(rows_.rows - 1) * rows_.width])};
+    return tree;
+  }
+
+ private:
+  TargetFeatures rows_;
+};
+
+class FeatureCountingFactory final : public DrafterFactory {
+ public:
+  absl::StatusOr<std::unique_ptr<DraftSession>> NewSession() override {
+    return std::make_unique<FeatureCountingSession>();
+  }
+  FeatureSpec features() const override { return {{0, 1}, 2}; }
+};
+
+// `rows` feature rows of width `width`, row r's values all r + 1.
+v1::DraftRequest WithFeatures(v1::DraftRequest commit, int rows, int width) {
+  DraftContext c;
+  c.tokens.assign(commit.commit().tokens().begin(), commit.commit().tokens().end());
+  c.features.rows = rows;
+  c.features.width = rows > 0 ? width : 0;
+  for (int r = 0; r < rows; ++r) {
+    for (int i = 0; i < width; ++i) c.features.bf16.push_back(FloatToBf16Bits(r + 1.0f));
+  }
+  ToProto(c, commit.mutable_commit());
+  return commit;
+}
+
 std::vector<int32_t> Repetitive(int n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<int32_t> phrase(7);
@@ -137,7 +184,7 @@ TEST_F(DrafterServiceTest, OpenCommitTreeRoundTripWithNgram) {
   Start(false);
   const std::vector<int32_t> prompt = Repetitive(30, 1);
   NgramDraftSession reference(NgramOptions{});
-  ASSERT_TRUE(reference.Append(prompt).ok());
+  ASSERT_TRUE(reference.Append(TokenContext(prompt)).ok());
 
   grpc::ClientContext ctx;
   std::unique_ptr<Stream> stream = stub_->Draft(&ctx);
@@ -155,7 +202,7 @@ TEST_F(DrafterServiceTest, OpenCommitTreeRoundTripWithNgram) {
     ASSERT_TRUE(stream->Write(Commit(step, tokens)));
     v1::DraftResponse response;
     ASSERT_TRUE(stream->Read(&response));
-    ASSERT_TRUE(reference.Append(tokens).ok());
+    ASSERT_TRUE(reference.Append(TokenContext(tokens)).ok());
     DraftedTree want = *reference.Draft(SpecLimits{12, 5});
     EXPECT_EQ(response.tree().step(), step);
     EXPECT_THAT(response.tree().tokens(), ElementsAreArray(want.tokens));
@@ -378,7 +425,7 @@ TEST_F(DrafterServiceTest, ConcurrentSessions) {
     clients.emplace_back([&, s] {
       const std::vector<int32_t> prompt = Repetitive(50 + s, 100 + s);
       NgramDraftSession reference(NgramOptions{});
-      reference.Append(prompt).IgnoreError();
+      reference.Append(TokenContext(prompt)).IgnoreError();
       grpc::ClientContext ctx;
       std::unique_ptr<Stream> stream = stub_->Draft(&ctx);
       stream->Write(Open(prompt, v1::SPECULATION_MODE_NGRAM, 16, 8));
@@ -391,7 +438,7 @@ TEST_F(DrafterServiceTest, ConcurrentSessions) {
         stream->Write(Commit(step, tokens));
         v1::DraftResponse response;
         if (!stream->Read(&response)) return;
-        reference.Append(tokens).IgnoreError();
+        reference.Append(TokenContext(tokens)).IgnoreError();
         DraftedTree want = *reference.Draft(SpecLimits{16, 8});
         if (response.tree().step() != step ||
             std::vector<int32_t>(response.tree().tokens().begin(),
@@ -499,6 +546,70 @@ TEST_F(DrafterServiceTest, SilentVerifierSessionIsReapedAfterTheIdleTimeout) {
   EXPECT_TRUE(busy->Finish().ok());
   EXPECT_TRUE(WaitForNoSessions());
   EXPECT_EQ(MetricValue(metrics_, "treespec_drafter_sessions_active"), 0);
+}
+
+}  // namespace
+}  // namespace treespec
+
+namespace treespec {
+namespace {
+
+// Target features reach a session that takes them, row for row; a session refuses features
+// that are the wrong width, too few or too many for its context, or sent to a kind that reads
+// tokens only, naming the field.
+TEST_F(DrafterServiceTest, FeaturesReachTheSessionThatTakesThemAndBadOnesAreRefused) {
+  Start(false, DrafterKind::kNgram, absl::Seconds(60), std::make_unique<FeatureCountingFactory>());
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5};
+  {
+    grpc::ClientContext ctx;
+    std::unique_ptr<Stream> stream = stub_->Draft(&ctx);
+    ASSERT_TRUE(stream->Write(Open(prompt, v1::SPECULATION_MODE_DFLASH)));
+    ReadOpened(stream.get());
+    // Commit 0: the first bonus, with the prompt's 5 rows; then 3 tokens with 3 rows.
+    ASSERT_TRUE(stream->Write(WithFeatures(Commit(0, {9}), 5, 4)));
+    v1::DraftResponse response;
+    ASSERT_TRUE(stream->Read(&response));
+    EXPECT_THAT(response.tree().tokens(), ElementsAre(5));
+    EXPECT_THAT(response.tree().logprobs(), ElementsAre(5.0f));
+    ASSERT_TRUE(stream->Write(WithFeatures(Commit(1, {10, 11, 12}), 3, 4)));
+    ASSERT_TRUE(stream->Read(&response));
+    EXPECT_THAT(response.tree().tokens(), ElementsAre(8));
+    EXPECT_THAT(response.tree().logprobs(), ElementsAre(3.0f));
+    ASSERT_TRUE(stream->WritesDone());
+    EXPECT_TRUE(stream->Finish().ok());
+  }
+  const v1::DraftRequest open = Open(prompt, v1::SPECULATION_MODE_DFLASH);
+  v1::DraftRequest bad = WithFeatures(Commit(0, {9}), 5, 6);
+  grpc::Status status = ExpectFailure(open, &bad);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("commit step 0: features rows are 6 values wide; this DFLASH drafter "
+                        "needs layers [0, 1] x hidden 2 = 4"));
+  bad = WithFeatures(Commit(0, {9}), 4, 4);
+  status = ExpectFailure(open, &bad);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("commit step 0: features: the session has 4 feature rows for 6 context "
+                        "tokens"));
+  bad = Commit(0, {9});
+  status = ExpectFailure(open, &bad);
+  EXPECT_THAT(status.error_message(), HasSubstr("0 feature rows for 6 context tokens"));
+  bad = WithFeatures(Commit(0, {9}), 5, 4);
+  bad.mutable_commit()->mutable_features()->at(3) = static_cast<char>(0x7f);  // row 0 col 1: NaN
+  bad.mutable_commit()->mutable_features()->at(2) = static_cast<char>(0xc0);
+  status = ExpectFailure(open, &bad);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("commit step 0: features: row 0 column 1 is not finite (NaN)"));
+  bad = WithFeatures(Commit(0, {9}), 5, 4);
+  bad.mutable_commit()->set_feature_rows(3);
+  status = ExpectFailure(open, &bad);
+  EXPECT_THAT(status.error_message(), HasSubstr("features has 40 bytes for feature_rows 3"));
+  // An n-gram session reads tokens only.
+  const v1::DraftRequest ngram = Open(prompt, v1::SPECULATION_MODE_NGRAM);
+  bad = WithFeatures(Commit(0, {9}), 5, 4);
+  status = ExpectFailure(ngram, &bad);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("commit step 0: features: a NGRAM session reads tokens only"));
 }
 
 }  // namespace

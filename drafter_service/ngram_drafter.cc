@@ -103,8 +103,8 @@ bool NgramDraftSession::SameNgram(int64_t a, int64_t b, int n) const {
   return std::equal(context_.begin() + (a - n), context_.begin() + a, context_.begin() + (b - n));
 }
 
-absl::Status NgramDraftSession::Append(absl::Span<const int32_t> tokens) {
-  for (int32_t token : tokens) {
+absl::Status NgramDraftSession::Append(const DraftContext& added) {
+  for (int32_t token : added.tokens) {
     context_.push_back(token);
     const int64_t end = static_cast<int64_t>(context_.size());
     for (int n = options_.min_ngram; n <= options_.max_ngram && n <= end; ++n) {

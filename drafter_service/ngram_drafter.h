@@ -30,7 +30,7 @@ class NgramDraftSession final : public DraftSession {
  public:
   explicit NgramDraftSession(const NgramOptions& options);
 
-  absl::Status Append(absl::Span<const int32_t> tokens) override;
+  absl::Status Append(const DraftContext& added) override;
   // Trie of the continuations that followed the most recent occurrences of the longest
   // matching suffix: p(child | node) = count(child) / count(node), ranked by count, then by
   // recency. Empty when no suffix of length >= min_ngram occurred before.

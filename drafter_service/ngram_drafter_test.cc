@@ -18,7 +18,7 @@ using ::testing::IsEmpty;
 DraftedTree DraftAfter(const std::vector<int32_t>& context, SpecLimits limits,
                        NgramOptions options = {}) {
   NgramDraftSession session(options);
-  EXPECT_TRUE(session.Append(context).ok());
+  EXPECT_TRUE(session.Append(TokenContext(context)).ok());
   absl::StatusOr<DraftedTree> tree = session.Draft(limits);
   EXPECT_TRUE(tree.ok()) << tree.status();
   return *tree;
@@ -111,7 +111,7 @@ TEST(NgramDrafterTest, RandomContextsDraftOnlyObservedContinuations) {
     NgramDraftSession pieces(options);
     for (size_t i = 0; i < context.size();) {
       const size_t len = std::min<size_t>(1 + rng() % 7, context.size() - i);
-      ASSERT_TRUE(pieces.Append(absl::MakeConstSpan(context.data() + i, len)).ok());
+      ASSERT_TRUE(pieces.Append(TokenContext(absl::MakeConstSpan(context.data() + i, len))).ok());
       i += len;
     }
     DraftedTree tree = *pieces.Draft(limits);
@@ -159,14 +159,15 @@ TEST(NgramDrafterTest, LongContextIsFast) {
   for (int32_t& t : context) t = static_cast<int32_t>(rng() % 50);  // many repeats
   NgramDraftSession session(NgramOptions{});
   const auto t0 = std::chrono::steady_clock::now();
-  ASSERT_TRUE(session.Append(context).ok());
+  ASSERT_TRUE(session.Append(TokenContext(context)).ok());
   const auto t1 = std::chrono::steady_clock::now();
   int drafted = 0;
   const int steps = 200;
   for (int s = 0; s < steps; ++s) {
     DraftedTree tree = *session.Draft(SpecLimits{16, 8});
     drafted += static_cast<int>(tree.tokens.size());
-    ASSERT_TRUE(session.Append(std::vector<int32_t>{static_cast<int32_t>(rng() % 50)}).ok());
+    ASSERT_TRUE(
+        session.Append(TokenContext(std::vector<int32_t>{static_cast<int32_t>(rng() % 50)})).ok());
   }
   const auto t2 = std::chrono::steady_clock::now();
   const double append_us = std::chrono::duration<double, std::micro>(t1 - t0).count();

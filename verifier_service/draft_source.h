@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/tree/draft_context.h"
 #include "common/tree/spec_limits.h"
 #include "common/tree/token_tree.h"
 #include "verifier_service/request.h"
@@ -19,8 +20,10 @@ namespace treespec {
 class DraftStream {
  public:
   virtual ~DraftStream() = default;
-  // Sends the tokens emitted since the last commit (the last one is the pending bonus).
-  virtual void Commit(int64_t step, std::vector<int32_t> tokens) = 0;
+  // Sends what the context gained since the last commit: the tokens emitted (the last one is
+  // the pending bonus) and, for a drafter that takes them, their target features
+  // (common/tree/draft_context.h says which rows).
+  virtual void Commit(int64_t step, DraftContext added) = 0;
   // The tree answering commit `step`, once it has arrived (stale steps are dropped).
   virtual std::optional<DraftedTree> TakeTree(int64_t step) = 0;
   // Trees dropped on arrival since the last call because their step answers no commit sent

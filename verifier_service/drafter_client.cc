@@ -13,6 +13,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/rpc/draft_context_proto.h"
 #include "common/rpc/health_checked_channel.h"
 #include "common/rpc/keepalive.h"
 #include "common/util/log.h"
@@ -105,10 +106,10 @@ class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1
     StartCall();
   }
 
-  void Commit(int64_t step, std::vector<int32_t> tokens) {
+  void Commit(int64_t step, const DraftContext& added) {
     v1::DraftRequest request;
     request.mutable_commit()->set_step(step);
-    request.mutable_commit()->mutable_tokens()->Add(tokens.begin(), tokens.end());
+    ToProto(added, request.mutable_commit());
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_ || detached_) return;
     last_commit_step_ = step;
@@ -266,16 +267,19 @@ class GrpcDraftStream final : public DraftStream {
     if (session_ != nullptr) session_->Detach();
   }
 
-  void Commit(int64_t step, std::vector<int32_t> tokens) override {
+  void Commit(int64_t step, DraftContext added) override {
     const absl::Time now = absl::Now();
     if (session_ != nullptr && session_->broken()) DropSession(now);
-    if (session_ == nullptr && now >= next_attempt_) {
-      // Its context is everything before this commit, which it then gets like any other.
+    // A new session's context is everything before this commit, which it then gets like any
+    // other. Target features are not kept (a long context's rows run to gigabytes), so a session
+    // that took them is not reopened: the request goes on without speculation.
+    if (session_ == nullptr && now >= next_attempt_ && !sent_features_) {
       session_ = NewSession();
       if (metrics_ != nullptr) metrics_->OnDraftSessionReopened();
     }
-    open_.prompt.insert(open_.prompt.end(), tokens.begin(), tokens.end());
-    if (session_ != nullptr) session_->Commit(step, std::move(tokens));
+    sent_features_ = sent_features_ || !added.features.empty();
+    open_.prompt.insert(open_.prompt.end(), added.tokens.begin(), added.tokens.end());
+    if (session_ != nullptr) session_->Commit(step, added);
   }
 
   std::optional<DraftedTree> TakeTree(int64_t step) override {
@@ -324,6 +328,7 @@ class GrpcDraftStream final : public DraftStream {
   SessionReactor* session_ = nullptr;  // null between a break and the next attempt
   absl::Time next_attempt_ = absl::InfinitePast();
   int64_t misnumbered_ = 0;  // from sessions already dropped
+  bool sent_features_ = false;
 };
 
 // Channel-level reconnects (a drafter address that refused or dropped the connection) back off

@@ -47,7 +47,7 @@ TEST(GrpcDraftSourceTest, DestroyingTheStreamWaitsForARunningArrivalCallback) {
     if (released) ran_after_release = true;
     ++returned;
   });
-  stream->Commit(0, {7});
+  stream->Commit(0, TokenContext({7}));
   for (int i = 0; i < 1000 && !entered; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }

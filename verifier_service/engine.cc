@@ -596,7 +596,7 @@ void Engine::ApplyResult(Active& a, const SeqTree& t, StepResult result, const S
   a.sink->OnUpdate(std::move(update));
   if (a.draft != nullptr) {
     a.commit_sent = absl::Now();
-    a.draft->Commit(a.step, std::move(emitted));
+    a.draft->Commit(a.step, DraftContext{std::move(emitted), {}});
   }
 }
 

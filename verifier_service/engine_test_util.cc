@@ -88,10 +88,10 @@ class LocalDraftStream final : public MailboxDraftStream {
  public:
   LocalDraftStream(std::unique_ptr<DraftSession> session, SpecLimits limits)
       : session_(std::move(session)), limits_(limits) {}
-  void Commit(int64_t step, std::vector<int32_t> tokens) override {
+  void Commit(int64_t step, DraftContext added) override {
     absl::StatusOr<DraftedTree> tree =
-        session_->Append(tokens).ok() ? session_->Draft(limits_)
-                                      : absl::StatusOr<DraftedTree>(absl::InternalError("append"));
+        session_->Append(added).ok() ? session_->Draft(limits_)
+                                     : absl::StatusOr<DraftedTree>(absl::InternalError("append"));
     if (!tree.ok()) {
       broken_ = true;
       return;
@@ -107,7 +107,7 @@ class LocalDraftStream final : public MailboxDraftStream {
 class ScriptedDraftStream final : public MailboxDraftStream {
  public:
   explicit ScriptedDraftStream(ScriptedDraftSource::TreeFn fn) : fn_(std::move(fn)) {}
-  void Commit(int64_t step, std::vector<int32_t>) override { Deliver(step, fn_(step)); }
+  void Commit(int64_t step, DraftContext) override { Deliver(step, fn_(step)); }
 
  private:
   ScriptedDraftSource::TreeFn fn_;
@@ -143,8 +143,8 @@ class DelayedDraftStream final : public DraftStream {
     }
     for (std::thread& t : threads_) t.join();
   }
-  void Commit(int64_t step, std::vector<int32_t> tokens) override {
-    absl::StatusOr<DraftedTree> tree = session_->Append(tokens).ok()
+  void Commit(int64_t step, DraftContext added) override {
+    absl::StatusOr<DraftedTree> tree = session_->Append(added).ok()
                                            ? session_->Draft(limits_)
                                            : absl::StatusOr<DraftedTree>(DraftedTree());
     threads_.emplace_back([box = box_, step, delay = delay_(step), t = *std::move(tree)] {
@@ -181,7 +181,7 @@ class DelayedDraftStream final : public DraftStream {
 std::unique_ptr<DraftStream> DelayedDraftSource::Open(const DraftOpenParams& params,
                                                       std::function<void()> on_arrival) {
   absl::StatusOr<std::unique_ptr<DraftSession>> session = factory_->NewSession();
-  if (!session.ok() || !(*session)->Append(params.prompt).ok()) return nullptr;
+  if (!session.ok() || !(*session)->Append(TokenContext(params.prompt)).ok()) return nullptr;
   return std::make_unique<DelayedDraftStream>(*std::move(session), params.limits, delay_,
                                               std::move(on_arrival));
 }
@@ -190,7 +190,7 @@ std::unique_ptr<DraftStream> LocalDraftSource::Open(const DraftOpenParams& param
                                                     std::function<void()>) {
   absl::StatusOr<std::unique_ptr<DraftSession>> session = factory_->NewSession();
   if (!session.ok()) return nullptr;
-  if (!(*session)->Append(params.prompt).ok()) return nullptr;
+  if (!(*session)->Append(TokenContext(params.prompt)).ok()) return nullptr;
   return std::make_unique<LocalDraftStream>(*std::move(session), params.limits);
 }
 

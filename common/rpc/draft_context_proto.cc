@@ -1,0 +1,48 @@
+#include "common/rpc/draft_context_proto.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace treespec {
+
+void ToProto(const DraftContext& context, v1::DraftCommit* out) {
+  out->mutable_tokens()->Assign(context.tokens.begin(), context.tokens.end());
+  const TargetFeatures& f = context.features;
+  out->set_feature_rows(f.rows);
+  std::string* bytes = out->mutable_features();
+  bytes->resize(f.bf16.size() * 2);
+  for (size_t i = 0; i < f.bf16.size(); ++i) {  // little-endian whatever the host
+    (*bytes)[2 * i] = static_cast<char>(f.bf16[i] & 0xff);
+    (*bytes)[2 * i + 1] = static_cast<char>(f.bf16[i] >> 8);
+  }
+}
+
+absl::StatusOr<DraftContext> DraftContextFromProto(const v1::DraftCommit& commit,
+                                                   absl::string_view what) {
+  DraftContext context;
+  context.tokens.assign(commit.tokens().begin(), commit.tokens().end());
+  const std::string& bytes = commit.features();
+  const int rows = commit.feature_rows();
+  if (rows < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": feature_rows is ", rows, "; it must be >= 0"));
+  }
+  if ((rows == 0) != bytes.empty() || (rows > 0 && bytes.size() % (2 * size_t{1} * rows) != 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": features has ", bytes.size(), " bytes for feature_rows ", rows,
+                     "; it must be feature_rows whole rows of bf16 (2 bytes a value)"));
+  }
+  TargetFeatures& f = context.features;
+  f.rows = rows;
+  f.width = rows > 0 ? static_cast<int>(bytes.size() / 2 / rows) : 0;
+  f.bf16.resize(bytes.size() / 2);
+  for (size_t i = 0; i < f.bf16.size(); ++i) {
+    f.bf16[i] = static_cast<uint16_t>(static_cast<uint8_t>(bytes[2 * i]) |
+                                      static_cast<uint8_t>(bytes[2 * i + 1]) << 8);
+  }
+  if (absl::Status s = CheckTargetFeatures(f, absl::StrCat(what, ": features")); !s.ok()) return s;
+  return context;
+}
+
+}  // namespace treespec

@@ -1,0 +1,106 @@
+#include "common/rpc/draft_context_proto.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace treespec {
+namespace {
+
+using ::testing::HasSubstr;
+
+DraftContext TwoRows() {
+  DraftContext c;
+  c.tokens = {5, 6};
+  c.features.rows = 2;
+  c.features.width = 3;
+  c.features.bf16 = {0x3f80, 0xbf80, 0x0000, 0x4049, 0x0001, 0x8000};  // 1, -1, 0, pi, tiny, -0
+  return c;
+}
+
+TEST(DraftContextProtoTest, RoundTripsTokensAndFeatures) {
+  const DraftContext in = TwoRows();
+  v1::DraftCommit commit;
+  commit.set_step(7);
+  ToProto(in, &commit);
+  EXPECT_EQ(commit.step(), 7);
+  EXPECT_EQ(commit.feature_rows(), 2);
+  ASSERT_EQ(commit.features().size(), 12u);
+  EXPECT_EQ(static_cast<uint8_t>(commit.features()[0]), 0x80);  // little-endian
+  EXPECT_EQ(static_cast<uint8_t>(commit.features()[1]), 0x3f);
+  absl::StatusOr<DraftContext> out = DraftContextFromProto(commit, "commit step 7");
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->tokens, in.tokens);
+  EXPECT_EQ(out->features.rows, 2);
+  EXPECT_EQ(out->features.width, 3);
+  EXPECT_EQ(out->features.bf16, in.features.bf16);
+}
+
+TEST(DraftContextProtoTest, NoFeaturesIsEmpty) {
+  DraftContext in;
+  in.tokens = {1};
+  v1::DraftCommit commit;
+  ToProto(in, &commit);
+  absl::StatusOr<DraftContext> out = DraftContextFromProto(commit, "commit step 0");
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(out->features.empty());
+  EXPECT_EQ(out->features.width, 0);
+}
+
+TEST(DraftContextProtoTest, RefusesPayloadsThatAreNotWholeRows) {
+  v1::DraftCommit commit;
+  ToProto(TwoRows(), &commit);
+  v1::DraftCommit odd = commit;
+  odd.mutable_features()->pop_back();  // 11 bytes
+  EXPECT_THAT(DraftContextFromProto(odd, "commit step 1").status().message(),
+              HasSubstr("commit step 1: features has 11 bytes for feature_rows 2"));
+  v1::DraftCommit no_rows = commit;
+  no_rows.set_feature_rows(0);
+  EXPECT_THAT(DraftContextFromProto(no_rows, "c").status().message(),
+              HasSubstr("features has 12 bytes for feature_rows 0"));
+  v1::DraftCommit no_bytes = commit;
+  no_bytes.clear_features();
+  EXPECT_THAT(DraftContextFromProto(no_bytes, "c").status().message(),
+              HasSubstr("features has 0 bytes for feature_rows 2"));
+  v1::DraftCommit five = commit;
+  five.set_feature_rows(5);  // 12 bytes are not 5 rows
+  EXPECT_EQ(DraftContextFromProto(five, "c").status().code(), absl::StatusCode::kInvalidArgument);
+  v1::DraftCommit negative = commit;
+  negative.set_feature_rows(-2);
+  EXPECT_THAT(DraftContextFromProto(negative, "c").status().message(),
+              HasSubstr("feature_rows is -2"));
+}
+
+TEST(DraftContextProtoTest, RefusesNonFiniteValuesNamingTheirPlace) {
+  DraftContext nan = TwoRows();
+  nan.features.bf16[4] = 0x7fc0;  // row 1, column 1
+  v1::DraftCommit commit;
+  ToProto(nan, &commit);
+  absl::Status s = DraftContextFromProto(commit, "commit step 2").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(),
+              HasSubstr("commit step 2: features: row 1 column 1 is not finite (NaN)"));
+  DraftContext inf = TwoRows();
+  inf.features.bf16[0] = 0xff80;  // -inf
+  ToProto(inf, &commit);
+  EXPECT_THAT(DraftContextFromProto(commit, "c").status().message(),
+              HasSubstr("row 0 column 0 is not finite (inf)"));
+}
+
+TEST(DraftContextTest, FeaturesAppendRowsAndSpecsPrint) {
+  TargetFeatures all;
+  all.Append(TwoRows().features);
+  all.Append(TargetFeatures{});
+  all.Append(TwoRows().features);
+  EXPECT_EQ(all.rows, 4);
+  EXPECT_EQ(all.width, 3);
+  EXPECT_EQ(all.bf16.size(), 12u);
+  EXPECT_TRUE(CheckTargetFeatures(all, "all").ok());
+  EXPECT_EQ(FeatureSpecString(FeatureSpec{}), "none");
+  EXPECT_EQ(FeatureSpecString(FeatureSpec{{1, 3}, 256}), "layers [1, 3] x hidden 256");
+  EXPECT_EQ((FeatureSpec{{1, 3}, 256}).width(), 512);
+}
+
+}  // namespace
+}  // namespace treespec

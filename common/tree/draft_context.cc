@@ -1,0 +1,41 @@
+#include "common/tree/draft_context.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace treespec {
+
+void TargetFeatures::Append(const TargetFeatures& other) {
+  if (other.empty()) return;
+  if (empty()) width = other.width;
+  rows += other.rows;
+  bf16.insert(bf16.end(), other.bf16.begin(), other.bf16.end());
+}
+
+std::string FeatureSpecString(const FeatureSpec& spec) {
+  if (spec.empty()) return "none";
+  return absl::StrCat("layers [", absl::StrJoin(spec.layers, ", "), "] x hidden ", spec.hidden);
+}
+
+absl::Status CheckTargetFeatures(const TargetFeatures& features, absl::string_view field) {
+  if (features.rows < 0 || features.width < 0 || (features.rows > 0) != (features.width > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", features.rows, " rows of width ",
+                                                   features.width, " is not a shape"));
+  }
+  if (features.bf16.size() != static_cast<size_t>(features.rows) * features.width) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", features.bf16.size(),
+                                                   " values for ", features.rows, " rows of width ",
+                                                   features.width));
+  }
+  for (size_t i = 0; i < features.bf16.size(); ++i) {
+    if ((features.bf16[i] & 0x7f80u) == 0x7f80u) {  // exponent all ones: inf or NaN
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": row ", i / features.width, " column ", i % features.width,
+                       " is not finite (", (features.bf16[i] & 0x7fu) != 0 ? "NaN" : "inf",
+                       "); the target's features must be finite bf16"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace treespec
