@@ -1,13 +1,38 @@
 #include "common/model/causal_lm.h"
 
+#include <algorithm>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/model/dtype.h"
 #include "common/model/sampling.h"
 #include "common/tree/token_tree.h"
+#include "common/util/status_macros.h"
 
 namespace treespec {
+namespace {
+
+// The rows of `path` (node indices of the entry whose first row is `first_row`) of `features`
+// ([rows, width] fp32), as bf16.
+TargetFeatures FeatureRows(const std::vector<float>& features, int width, size_t first_row,
+                           absl::Span<const int> path) {
+  TargetFeatures out;
+  out.rows = static_cast<int>(path.size());
+  out.width = out.rows > 0 ? width : 0;
+  out.bf16.resize(static_cast<size_t>(out.rows) * width);
+  for (int i = 0; i < out.rows; ++i) {
+    const float* from = features.data() + (first_row + path[i]) * width;
+    for (int c = 0; c < width; ++c) {
+      out.bf16[static_cast<size_t>(i) * width + c] = FloatToBf16Bits(from[c]);
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 absl::StatusOr<std::vector<std::vector<TokenLogProb>>> CausalLm::ForwardTopK(
     absl::Span<const SeqTree> batch, int k, TopKRows rows) {
@@ -43,15 +68,22 @@ absl::StatusOr<std::vector<StepResult>> CausalLm::VerifyStep(absl::Span<const Se
                                                      "; a verify step computes whole trees"));
     }
   }
-  absl::StatusOr<std::vector<float>> logits = Forward(batch);
+  RETURN_IF_ERROR(CheckFeatureCapture(specs));
+  const bool capture =
+      std::any_of(specs.begin(), specs.end(), [](const StepSpec& s) { return s.capture_features; });
+  std::vector<float> features;
+  absl::StatusOr<std::vector<float>> logits =
+      capture ? ForwardCapturing(batch, &features) : Forward(batch);
   if (!logits.ok()) return logits.status();
   const int vocab = config().vocab_size;
+  const int width = static_cast<int>(feature_layers_.size()) * config().hidden_size;
   std::vector<StepResult> results(batch.size());
   size_t row = 0;
   for (size_t b = 0; b < batch.size(); ++b) {
     const SeqTree& t = batch[b];
     const int n = static_cast<int>(t.tokens.size());
     const float* rows = logits->data() + row * vocab;
+    const size_t first_row = row;
     row += n;
     StepResult& r = results[b];
     if (specs[b].prefill) {
@@ -72,8 +104,46 @@ absl::StatusOr<std::vector<StepResult>> CausalLm::VerifyStep(absl::Span<const Se
       r.emitted.push_back(choice[path.back()]);
     }
     Commit(t.seq, t.committed_len, r.path);
+    if (specs[b].capture_features) {
+      r.features = FeatureRows(features, width, first_row, r.path);
+    }
   }
   return results;
+}
+
+absl::Status CausalLm::CheckFeatureCapture(absl::Span<const StepSpec> specs) const {
+  for (size_t b = 0; b < specs.size(); ++b) {
+    if (specs[b].capture_features && feature_layers_.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("VerifyStep: batch entry ", b,
+                       " asks for target features, but no feature layers are set "
+                       "(SetFeatureLayers)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CausalLm::SetFeatureLayers(std::vector<int> layers) {
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i] < 0 || layers[i] >= config().num_layers ||
+        (i > 0 && layers[i] <= layers[i - 1])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("feature layers [", absl::StrJoin(layers, ", "),
+                       "] must be strictly ascending within [0, ", config().num_layers,
+                       ") (the target's layers)"));
+    }
+  }
+  feature_layers_ = std::move(layers);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> CausalLm::ForwardCapturing(absl::Span<const SeqTree> batch,
+                                                              std::vector<float>* features) {
+  if (features != nullptr) {
+    return absl::UnimplementedError(
+        absl::StrCat("the ", device(), " backend does not capture target features"));
+  }
+  return Forward(batch);
 }
 
 }  // namespace treespec

@@ -14,6 +14,7 @@
 #include "common/model/kv_cache.h"
 #include "common/model/sampling.h"
 #include "common/model/top_k.h"
+#include "common/tree/draft_context.h"
 
 namespace treespec {
 
@@ -50,6 +51,8 @@ struct StepSpec {
   // target's choice after the last one, at position n, is the first bonus token.
   // Otherwise: node 0 is the pending bonus token and the rest a drafted tree (DESIGN §3).
   bool prefill = false;
+  // Also return the target features (feature_layers()) of the rows the step keeps.
+  bool capture_features = false;
 };
 
 // What one verify step kept of a batch entry.
@@ -57,6 +60,10 @@ struct StepResult {
   std::vector<int> path;         // accepted nodes [0, c1, ..., ck] (prefill: 0..n-1)
   std::vector<int32_t> emitted;  // tokens of c1..ck, then the target's choice at ck (the new
                                  // bonus); prefill: just the first bonus
+  // With StepSpec::capture_features: a row per path entry (the nodes' own tokens, so the old
+  // bonus and the accepted ones; prefill: every prompt token), each the outputs of
+  // feature_layers() side by side, rounded to bf16. Otherwise empty.
+  TargetFeatures features;
 };
 
 class CausalLm {
@@ -100,6 +107,25 @@ class CausalLm {
   // host; a GPU backend keeps the logits on the device. `specs` is parallel to `batch`.
   virtual absl::StatusOr<std::vector<StepResult>> VerifyStep(absl::Span<const SeqTree> batch,
                                                              absl::Span<const StepSpec> specs);
+
+  // The layers whose outputs a verify step captures for the specs that ask (each the residual
+  // stream after layer l, Transformers' hidden_states[l + 1]); none until set. Set between
+  // steps, not per step: a backend sizes its capture buffers here. INVALID_ARGUMENT unless the
+  // layers are strictly ascending within [0, num_layers).
+  virtual absl::Status SetFeatureLayers(std::vector<int> layers);
+  const std::vector<int>& feature_layers() const { return feature_layers_; }
+
+ protected:
+  // Forward, and with `features` non-null also every new row's captured layers, [rows,
+  // feature layers × hidden] fp32 in batch order, into *features. VerifyStep's host path uses
+  // it; the default refuses a non-null `features` (a backend without capture).
+  virtual absl::StatusOr<std::vector<float>> ForwardCapturing(absl::Span<const SeqTree> batch,
+                                                              std::vector<float>* features);
+  // INVALID_ARGUMENT when a spec asks for features and no feature layers are set.
+  absl::Status CheckFeatureCapture(absl::Span<const StepSpec> specs) const;
+
+ private:
+  std::vector<int> feature_layers_;
 };
 
 // Loads `model_dir` (config.json, *.safetensors) for the CPU backend.

@@ -41,6 +41,10 @@ struct BatchPlan {
   std::vector<float> rope_cos;   // [M, head_dim / 2] at position L + depth(i)
   std::vector<float> rope_sin;   // [M, head_dim / 2]
   float* logits = nullptr;       // [M, vocab] written by rank 0
+  // Target features, when asked: [M, captured layers × hidden] written by rank 0, and per
+  // layer its place in a row (-1: not captured).
+  float* features = nullptr;
+  std::vector<int> feature_slot;
 };
 
 // One tensor-parallel rank: its weights, its K/V and its scratch activations.
@@ -90,12 +94,18 @@ class CpuCausalLm final : public CausalLm {
   void FreeSequence(SeqId seq) override { cache_.Free(seq); }
   PagedKvCache& kv_cache() override { return cache_; }
 
-  absl::StatusOr<std::vector<float>> Forward(absl::Span<const SeqTree> batch) override;
+  absl::StatusOr<std::vector<float>> Forward(absl::Span<const SeqTree> batch) override {
+    return ForwardCapturing(batch, nullptr);
+  }
 
   void Commit(SeqId seq, int committed_len, absl::Span<const int> path) override {
     CommitPath(cache_, pools_, seq, committed_len, path);
   }
   void Truncate(SeqId seq, int len) override { cache_.Truncate(seq, len); }
+
+ protected:
+  absl::StatusOr<std::vector<float>> ForwardCapturing(absl::Span<const SeqTree> batch,
+                                                      std::vector<float>* features) override;
 
  private:
   void BuildPlan(absl::Span<const SeqTree> batch, BatchPlan& plan) const;
@@ -107,6 +117,7 @@ class CpuCausalLm final : public CausalLm {
   void Attention(Rank& r, const BatchPlan& b, int layer) const;
   void Mlp(Rank& r, int num_rows, int layer) const;
   void LmHead(Rank& r, const BatchPlan& b) const;
+  void CaptureFeatures(const Rank& r, const BatchPlan& b, int layer) const;
 
   const ModelConfig config_;
   const LmOptions options_;
@@ -140,11 +151,24 @@ void CpuCausalLm::RankForward(Rank& r, const BatchPlan& b) const {
     Mlp(r, m, l);                                               // out = mlp(h)
     r.comm->AllReduceSum(absl::MakeSpan(r.out));
     AddInPlace(r.out.data(), r.out.size(), r.x.data());         // x += out
+    CaptureFeatures(r, b, l);
   }
   RmsNorm(r.x.data(), r.w.final_norm.data(), m, hidden, eps, r.h.data());
   LmHead(r, b);                                                 // logits = h · headᵀ
 }
 // clang-format on
+
+// The features of layer `layer` (the residual stream after it) into their place in every row,
+// when the batch asks for them. Every rank holds the same x after the all-reduce; rank 0 copies.
+void CpuCausalLm::CaptureFeatures(const Rank& r, const BatchPlan& b, int layer) const {
+  if (b.features == nullptr || b.feature_slot[layer] < 0 || r.comm->rank() != 0) return;
+  const int hidden = config_.hidden_size;
+  const size_t width = feature_layers().size() * hidden;
+  for (int i = 0; i < b.num_rows; ++i) {
+    std::copy_n(r.x.data() + static_cast<size_t>(i) * hidden, hidden,
+                b.features + i * width + static_cast<size_t>(b.feature_slot[layer]) * hidden);
+  }
+}
 
 // x [M, hidden] = embed[tokens]. Vocab-parallel: a rank fills the rows of the tokens in its
 // slice and zeros elsewhere; the all-reduce adds exact zeros, so every TP size gets the same x.
@@ -281,12 +305,23 @@ void CpuCausalLm::BuildPlan(absl::Span<const SeqTree> batch, BatchPlan& plan) co
              plan.rope_sin.data());
 }
 
-absl::StatusOr<std::vector<float>> CpuCausalLm::Forward(absl::Span<const SeqTree> batch) {
+absl::StatusOr<std::vector<float>> CpuCausalLm::ForwardCapturing(absl::Span<const SeqTree> batch,
+                                                                 std::vector<float>* features) {
   RETURN_IF_ERROR(ValidateForwardBatch(config_, cache_, batch));
   RETURN_IF_ERROR(ReserveForwardBatch(cache_, batch));
   BatchPlan plan;
   BuildPlan(batch, plan);
   std::vector<float> logits(static_cast<size_t>(plan.num_rows) * config_.vocab_size);
+  if (features != nullptr) {
+    features->assign(static_cast<size_t>(plan.num_rows) * feature_layers().size() *
+                         config_.hidden_size,
+                     0.0f);
+    plan.features = features->data();
+    plan.feature_slot.assign(config_.num_layers, -1);
+    for (size_t i = 0; i < feature_layers().size(); ++i) {
+      plan.feature_slot[feature_layers()[i]] = static_cast<int>(i);
+    }
+  }
   if (plan.num_rows == 0) return logits;
   plan.logits = logits.data();
   threads_->Run([&](int rank) { RankForward(*ranks_[rank], plan); });

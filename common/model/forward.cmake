@@ -15,8 +15,8 @@ add_library(treespec_model
 target_include_directories(treespec_model PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(treespec_model
   PUBLIC treespec_model_io treespec_util absl::status absl::statusor absl::span
-    absl::flat_hash_map Threads::Threads
-  PRIVATE treespec_tree absl::flat_hash_set absl::strings)
+    absl::flat_hash_map treespec_tree Threads::Threads
+  PRIVATE absl::flat_hash_set absl::strings)
 # Batch invariance needs a * b + c to mean the same thing in every kernel: no implicit FMA
 # contraction (GCC contracts by default in GNU mode, Clang within expressions). The AVX2 matmul
 # kernel uses explicit FMA intrinsics. Always optimise the kernels, even in Debug builds.
@@ -33,7 +33,7 @@ endif()
 foreach(t cpu_ops_test kv_cache_test communicator_test tp_plan_test sampling_test)
   treespec_add_test(NAME ${t} SOURCES ${CMAKE_CURRENT_LIST_DIR}/${t}.cc LIBS treespec_model)
 endforeach()
-foreach(t tree_attention_test cpu_causal_lm_test top_k_test)
+foreach(t tree_attention_test cpu_causal_lm_test top_k_test feature_capture_test)
   treespec_add_test(NAME ${t} SOURCES ${CMAKE_CURRENT_LIST_DIR}/${t}.cc
     LIBS treespec_model treespec_tree)
 endforeach()
