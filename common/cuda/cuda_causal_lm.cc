@@ -21,6 +21,7 @@
 #include "common/cuda/pinned_buffer.h"
 #include "common/cuda/top_k_logprobs.h"
 #include "common/cuda/weight_source.h"
+#include "common/model/dtype.h"
 #include "common/model/forward_batch.h"
 #include "common/model/kv_cache.h"
 #include "common/model/tp_plan.h"
@@ -64,15 +65,28 @@ class CudaCausalLm final : public CausalLm {
   void FreeSequence(SeqId seq) override { cache_.Free(seq); }
   PagedKvCache& kv_cache() override { return cache_; }
 
-  absl::StatusOr<std::vector<float>> Forward(absl::Span<const SeqTree> batch) override;
+  absl::StatusOr<std::vector<float>> Forward(absl::Span<const SeqTree> batch) override {
+    return ForwardCapturing(batch, nullptr);
+  }
   absl::StatusOr<std::vector<std::vector<TokenLogProb>>> ForwardTopK(
       absl::Span<const SeqTree> batch, int k, TopKRows rows) override;
   void Commit(SeqId seq, int committed_len, absl::Span<const int> path) override;
   absl::StatusOr<std::vector<StepResult>> VerifyStep(absl::Span<const SeqTree> batch,
                                                      absl::Span<const StepSpec> specs) override;
   void Truncate(SeqId seq, int len) override { cache_.Truncate(seq, len); }
+  absl::Status SetFeatureLayers(std::vector<int> layers) override;
+
+ protected:
+  absl::StatusOr<std::vector<float>> ForwardCapturing(absl::Span<const SeqTree> batch,
+                                                      std::vector<float>* features) override;
 
  private:
+  // Rank 0, after a chunk's forward: its `rows` feature rows, copied (on the stream, not yet
+  // waited for) to rows [row0, row0 + rows) of feature_staging_, which grows to hold `total`.
+  absl::Status StageFeatures(ModelShard& shard, int64_t row0, int rows, int64_t total);
+  // The staged rows of r.path (node indices of the entry whose first row is `first_row`) into
+  // r.features, once the step's copies are done.
+  void KeptFeatures(int first_row, StepResult& r) const;
   // Runs fn(shard) for every rank on its thread with its device current; the first error.
   absl::Status OnRanks(const std::function<absl::Status(ModelShard&)>& fn);
   // Validates `batch` and reserves its slots; returns every entry's node depths.
@@ -121,6 +135,7 @@ class CudaCausalLm final : public CausalLm {
   PinnedBuffer staging_;             // Commit's meta
   PinnedBuffer step_staging_;        // the verify step's inputs (StepLayout)
   std::vector<int32_t> step_out_host_;
+  PinnedBuffer feature_staging_;  // a step's feature rows, bf16 (grows, never shrinks)
   cudaEvent_t step_begin_ = nullptr, step_end_ = nullptr;  // rank 0's span of the last step
   double last_step_device_ms_ = 0;
 };
@@ -192,23 +207,57 @@ absl::Status CudaCausalLm::WaitStaged() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<float>> CudaCausalLm::Forward(absl::Span<const SeqTree> batch) {
+absl::Status CudaCausalLm::SetFeatureLayers(std::vector<int> layers) {
+  RETURN_IF_ERROR(CausalLm::SetFeatureLayers(std::move(layers)));
+  absl::Status status =
+      OnRanks([&](ModelShard& shard) { return shard.SetFeatureLayers(feature_layers()); });
+  if (!status.ok()) {  // none rather than some ranks' half
+    CausalLm::SetFeatureLayers({}).IgnoreError();
+    OnRanks([](ModelShard& shard) { return shard.SetFeatureLayers({}); }).IgnoreError();
+  }
+  return status;
+}
+
+absl::Status CudaCausalLm::StageFeatures(ModelShard& shard, int64_t row0, int rows, int64_t total) {
+  const size_t row_bytes = feature_layers().size() * config_.hidden_size * sizeof(uint16_t);
+  if (feature_staging_.bytes() < total * row_bytes) {
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(shard.stream()));  // earlier chunks' copies
+    RETURN_IF_ERROR(feature_staging_.Reserve(total * row_bytes));
+  }
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(feature_staging_.data() + row0 * row_bytes, shard.features(),
+                                       rows * row_bytes, cudaMemcpyDeviceToHost, shard.stream()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> CudaCausalLm::ForwardCapturing(absl::Span<const SeqTree> batch,
+                                                                  std::vector<float>* features) {
+  if (features != nullptr && feature_layers().empty()) {
+    return absl::InvalidArgumentError("Forward: features asked for, but no feature layers set");
+  }
   const size_t vocab = config_.vocab_size;
   std::vector<float> logits;
   ASSIGN_OR_RETURN(const std::vector<std::vector<int32_t>> depths, PrepareBatch(batch));
   std::vector<int> order(batch.size());
   std::iota(order.begin(), order.end(), 0);
+  int64_t total_rows = 0;
+  for (const SeqTree& s : batch) total_rows += static_cast<int64_t>(s.tokens.size()) - s.first_new;
   RETURN_IF_ERROR(
-      RunChunks(batch, order, depths, [&](ModelShard& shard, int, int rows) -> absl::Status {
+      RunChunks(batch, order, depths, [&](ModelShard& shard, int row0, int rows) -> absl::Status {
         ASSIGN_OR_RETURN(const float* full, shard.FullLogits(rows));
         if (&shard != shards_[0].get()) return absl::OkStatus();
         logits.resize(logits.size() + rows * vocab);
         CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits.data() + logits.size() - rows * vocab, full,
                                              rows * vocab * sizeof(float), cudaMemcpyDeviceToHost,
                                              shard.stream()));
+        if (features != nullptr) RETURN_IF_ERROR(StageFeatures(shard, row0, rows, total_rows));
         CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(shard.stream()));  // the logits are reused
         return absl::OkStatus();
       }));
+  if (features != nullptr) {
+    const uint16_t* staged = reinterpret_cast<const uint16_t*>(feature_staging_.data());
+    features->resize(total_rows * feature_layers().size() * config_.hidden_size);
+    for (size_t i = 0; i < features->size(); ++i) (*features)[i] = Bf16BitsToFloat(staged[i]);
+  }
   return logits;
 }
 
@@ -283,6 +332,9 @@ absl::StatusOr<std::vector<StepResult>> CudaCausalLm::VerifyStep(absl::Span<cons
   if (specs.size() != batch.size() || batch.size() > kStepSeqs || total_rows > kStepRows) {
     return CausalLm::VerifyStep(batch, specs);  // checks the specs; the host path
   }
+  RETURN_IF_ERROR(CheckFeatureCapture(specs));
+  const bool capture =
+      std::any_of(specs.begin(), specs.end(), [](const StepSpec& s) { return s.capture_features; });
   for (const SeqTree& s : batch) {
     if (s.first_new != 0) return CausalLm::VerifyStep(batch, specs);  // refuses it
   }
@@ -332,6 +384,9 @@ absl::StatusOr<std::vector<StepResult>> CudaCausalLm::VerifyStep(absl::Span<cons
         const bool all_greedy =
             std::all_of(argmax_only.begin() + row0, argmax_only.begin() + row0 + rows,
                         [](char g) { return g != 0; });
+        if (capture && &shard == shards_[0].get()) {
+          RETURN_IF_ERROR(StageFeatures(shard, row0, rows, total_rows));
+        }
         return shard.Choose(row0, rows, layout, all_greedy);
       }));
 
@@ -380,10 +435,24 @@ absl::StatusOr<std::vector<StepResult>> CudaCausalLm::VerifyStep(absl::Span<cons
       std::iota(r.path.begin(), r.path.end(), 0);
       r.emitted.push_back(h_choice[row + n - 1]);
     }
+    if (specs[order[i]].capture_features) KeptFeatures(row, r);
     row += n;
     cache_.Truncate(t.seq, t.committed_len + static_cast<int>(r.path.size()));
   }
   return results;
+}
+
+void CudaCausalLm::KeptFeatures(int first_row, StepResult& r) const {
+  const int width = static_cast<int>(feature_layers().size()) * config_.hidden_size;
+  const uint16_t* staged = reinterpret_cast<const uint16_t*>(feature_staging_.data());
+  TargetFeatures& f = r.features;
+  f.rows = static_cast<int>(r.path.size());
+  f.width = f.rows > 0 ? width : 0;
+  f.bf16.resize(static_cast<size_t>(f.rows) * width);
+  for (int i = 0; i < f.rows; ++i) {
+    std::copy_n(staged + static_cast<size_t>(first_row + r.path[i]) * width, width,
+                f.bf16.data() + static_cast<size_t>(i) * width);
+  }
 }
 
 CudaCausalLm::PackedStep CudaCausalLm::PackStep(absl::Span<const SeqTree> batch,

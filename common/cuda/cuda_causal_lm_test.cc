@@ -24,6 +24,7 @@
 #include "common/model/causal_lm.h"
 #include "common/model/cpu_causal_lm.h"
 #include "common/model/cpu_test_util.h"
+#include "common/model/dtype.h"
 #include "common/model/weights.h"
 #include "gtest/gtest.h"
 
@@ -238,6 +239,9 @@ void CheckDeviceVerifyStep(int tp, int max_rows = 2048) {
   ASSERT_TRUE(device_lm.ok() && host_lm.ok());
   CausalLm& dev = **device_lm;
   CausalLm& host = **host_lm;
+  // Sequences 0 and 1 capture target features; the paths must keep the same rows.
+  ASSERT_TRUE(dev.SetFeatureLayers({0, 3, 5}).ok());
+  ASSERT_TRUE(host.SetFeatureLayers({0, 3, 5}).ok());
   constexpr int kSeqs = 3;
   std::vector<SeqId> ds, hs;
   std::vector<int> committed(kSeqs, 0);
@@ -249,6 +253,7 @@ void CheckDeviceVerifyStep(int tp, int max_rows = 2048) {
     specs[i].sampling.temperature = i == 1 ? 0.9f : 0.0f;
     specs[i].sampling.top_p = 0.95f;
     specs[i].sampling.seed = 77 + i;
+    specs[i].capture_features = i < 2;
   }
   std::mt19937 rng(3);
   int accepted_deep = 0;
@@ -287,6 +292,10 @@ void CheckDeviceVerifyStep(int tp, int max_rows = 2048) {
       SCOPED_TRACE(absl::StrCat("step ", step, " sequence ", i));
       EXPECT_EQ((*a)[e].path, (*b)[e].path);
       EXPECT_EQ((*a)[e].emitted, (*b)[e].emitted);
+      EXPECT_EQ(static_cast<size_t>((*a)[e].features.rows),
+                specs[i].capture_features ? (*a)[e].path.size() : 0u);
+      EXPECT_EQ((*a)[e].features.width, specs[i].capture_features ? 3 * config.hidden_size : 0);
+      EXPECT_EQ((*a)[e].features.bf16, (*b)[e].features.bf16);
       accepted_deep += (*a)[e].path.size() > 1 ? 1 : 0;
       committed[i] += static_cast<int>((*b)[e].path.size());
       if (specs[i].prefill) committed[i] = static_cast<int>(dbatch[e].tokens.size());
@@ -303,6 +312,7 @@ void CheckDeviceVerifyStep(int tp, int max_rows = 2048) {
 TEST(CudaCausalLmTest, DeviceVerifyStepEqualsHostPath) {
   SKIP_WITHOUT_GPU();
   CheckDeviceVerifyStep(1);
+  CheckDeviceVerifyStep(1, /*max_rows=*/8);  // chunked: prefills and trees over several forwards
 }
 
 // Tensor parallelism over two GPUs (NCCL): logits against the CPU for the tiny target and for
@@ -310,6 +320,67 @@ TEST(CudaCausalLmTest, DeviceVerifyStepEqualsHostPath) {
 // the ranks and its KV head lives on both; 5 MLP units of 64 split 2 + 3; an odd vocabulary;
 // q/k/v bias and an untied head) with both all-reduce paths (peer access, NCCL), and the
 // device verify step (both choice paths, walk and commit on every rank) against the host path.
+// Target features on the GPU (bf16, from the verify step itself) against the CPU's (fp32, then
+// rounded): the rows a speculative run keeps on the GPU against one CPU prefill of the tokens
+// the GPU committed, within bf16-level error of each row's scale. The layers include the last,
+// whose output is the residual stream before the final norm.
+TEST(CudaCausalLmTest, CapturedFeaturesMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  const ModelConfig config = testing::TinyTargetConfig();
+  Pair p = Build(config, Random(config, 41));
+  ASSERT_TRUE(p.cpu && p.gpu);
+  const std::vector<int> layers = {1, 3, 5};
+  ASSERT_TRUE(p.gpu->SetFeatureLayers(layers).ok());
+  ASSERT_TRUE(p.cpu->SetFeatureLayers(layers).ok());
+  std::mt19937 rng(8);
+  std::vector<int32_t> committed;
+  for (int k = 0; k < 37; ++k) committed.push_back(static_cast<int32_t>(rng() % config.vocab_size));
+  const SeqId seq = p.gpu->CreateSequence();
+  StepSpec spec;
+  spec.prefill = true;
+  spec.capture_features = true;
+  auto first = p.gpu->VerifyStep({Chain(seq, 0, committed)}, {spec});
+  ASSERT_TRUE(first.ok()) << first.status();
+  TargetFeatures gpu_rows = (*first)[0].features;
+  int32_t bonus = (*first)[0].emitted.back();
+  spec.prefill = false;
+  for (int step = 0; step < 10; ++step) {
+    SeqTree t = RandomTree(seq, static_cast<int>(committed.size()), 1 + step * 7 % 23,
+                           config.vocab_size, rng);
+    t.tokens[0] = bonus;
+    auto r = p.gpu->VerifyStep({t}, {spec});
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(static_cast<size_t>((*r)[0].features.rows), (*r)[0].path.size());
+    for (int node : (*r)[0].path) committed.push_back(t.tokens[node]);
+    gpu_rows.Append((*r)[0].features);
+    bonus = (*r)[0].emitted.back();
+  }
+  auto cpu =
+      p.cpu->VerifyStep({Chain(p.cpu->CreateSequence(), 0, committed)},
+                        {StepSpec{SamplingConfig{}, /*prefill=*/true, /*capture_features=*/true}});
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  const TargetFeatures& cpu_rows = (*cpu)[0].features;
+  ASSERT_EQ(gpu_rows.rows, cpu_rows.rows);
+  ASSERT_EQ(gpu_rows.width, cpu_rows.width);
+  const int hidden = config.hidden_size;
+  double worst = 0;
+  for (int row = 0; row < cpu_rows.rows; ++row) {
+    for (size_t l = 0; l < layers.size(); ++l) {  // per layer: its own scale
+      double err = 0, scale = 0;
+      for (int c = 0; c < hidden; ++c) {
+        const size_t at = static_cast<size_t>(row) * cpu_rows.width + l * hidden + c;
+        const double want = Bf16BitsToFloat(cpu_rows.bf16[at]);
+        err = std::max(err, std::abs(Bf16BitsToFloat(gpu_rows.bf16[at]) - want));
+        scale = std::max(scale, std::abs(want));
+      }
+      worst = std::max(worst, err / scale);
+      EXPECT_LT(err / scale, 0.05) << "row " << row << " layer " << layers[l];
+    }
+  }
+  std::cerr << "captured features: " << cpu_rows.rows << " rows, worst error " << worst
+            << " of the row's scale\n";
+}
+
 TEST(CudaCausalLmTest, TensorParallelTwoGpus) {
   if (CudaDeviceCount() < 2) GTEST_SKIP() << "fewer than 2 GPUs: TP=2 test skipped";
   const std::string dir = absl::StrCat(TREESPEC_SOURCE_DIR, "/models/tiny-target");

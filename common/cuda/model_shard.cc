@@ -233,6 +233,23 @@ absl::Status ModelShard::Init(const TensorSource& source) {
   return absl::OkStatus();
 }
 
+absl::Status ModelShard::SetFeatureLayers(const std::vector<int>& layers) {
+  for (Graph& g : graphs_) {  // captured without (or with other) copies
+    if (g.exec != nullptr) cudaGraphExecDestroy(g.exec);
+    g = Graph{};
+  }
+  feature_slot_.clear();
+  feature_width_ = 0;
+  features_ = DeviceBuffer<bf16>();
+  if (layers.empty() || options_.rank != 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(features_, DeviceBuffer<bf16>::Create(static_cast<size_t>(options_.max_rows) *
+                                                         layers.size() * config_.hidden_size));
+  feature_width_ = static_cast<int>(layers.size()) * config_.hidden_size;
+  feature_slot_.assign(config_.num_layers, -1);
+  for (size_t i = 0; i < layers.size(); ++i) feature_slot_[layers[i]] = static_cast<int>(i);
+  return absl::OkStatus();
+}
+
 bool ModelShard::UsesGraphs() const { return options_.cuda_graphs && plan_.world_size() == 1; }
 
 absl::Status ModelShard::TuneGemms() {
@@ -455,6 +472,13 @@ absl::Status ModelShard::Layers(int rows) {
     RETURN_IF_ERROR(
         ReduceNorm(rows, /*add_residual=*/true,
                    l + 1 < c.num_layers ? layers_[l + 1].input_norm.data() : final_norm_.data()));
+    if (!feature_slot_.empty() && feature_slot_[l] >= 0) {  // the layer's output, a feature
+      const size_t row_bytes = static_cast<size_t>(hidden) * sizeof(bf16);
+      CUDA_RETURN_IF_ERROR(
+          cudaMemcpy2DAsync(features_.data() + static_cast<size_t>(feature_slot_[l]) * hidden,
+                            feature_width_ * sizeof(bf16), x_.data(), row_bytes, row_bytes, rows,
+                            cudaMemcpyDeviceToDevice, stream_));
+    }
   }
   RETURN_IF_ERROR(gemm_->Run(HeadGemmArgs(rows), stream_));
   Mark(ShardOp::kHead);

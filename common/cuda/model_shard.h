@@ -136,6 +136,13 @@ class ModelShard {
   const int32_t* top_tokens() const { return top_tokens_.data(); }
   const float* top_logprobs() const { return top_logprobs_.data(); }
 
+  // Target features (CausalLm::SetFeatureLayers), rank 0: from now on every forward also
+  // copies the residual stream after each of `layers` into features(), [max_rows, layers ×
+  // hidden] row-major with layer i's block at column i × hidden (the CUDA graphs are recaptured
+  // with the copies). Empty: no copies. Other ranks keep none (every rank has the same x).
+  absl::Status SetFeatureLayers(const std::vector<int>& layers);
+  const __nv_bfloat16* features() const { return features_.data(); }
+
   // Copies `bytes` of pinned host memory into step_in().
   absl::Status UploadStep(const void* host, size_t bytes);
   // The accept walk over the packed trees and the KV commit of the accepted paths (all layers,
@@ -228,6 +235,9 @@ class ModelShard {
   DeviceBuffer<int32_t> step_out_;            // walk outputs
   DeviceBuffer<int32_t> top_tokens_;          // rank 0: [max_rows, kMaxTopKLogProbs] RankTopK
   DeviceBuffer<float> top_logprobs_;          // rank 0: the same shape
+  DeviceBuffer<__nv_bfloat16> features_;      // rank 0: [max_rows, feature width] or empty
+  std::vector<int> feature_slot_;             // per layer: its block in a features_ row, or -1
+  int feature_width_ = 0;                     // layers × hidden
 
   // CUDA graphs (tp == 1): per attention tile size (64-row tiles first) and bucket of rows
   // (GraphBucketOf in model_shard.cc), the graph of Layers(rows) and the attention grid it was

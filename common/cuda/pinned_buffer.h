@@ -33,6 +33,21 @@ class PinnedBuffer {
     std::memset(data_, 0, bytes);
     return absl::OkStatus();
   }
+  // At least `bytes`, keeping what the buffer holds: a larger one replaces it only when it is
+  // too small, so a buffer sized by the largest use so far stops allocating.
+  absl::Status Reserve(size_t bytes) {
+    if (bytes <= bytes_) return absl::OkStatus();
+    void* grown = nullptr;
+    CUDA_RETURN_IF_ERROR(cudaMallocHost(&grown, bytes));
+    std::memset(grown, 0, bytes);
+    if (data_ != nullptr) {
+      std::memcpy(grown, data_, bytes_);
+      cudaFreeHost(data_);
+    }
+    data_ = grown;
+    bytes_ = bytes;
+    return absl::OkStatus();
+  }
   unsigned char* data() const { return static_cast<unsigned char*>(data_); }
   int32_t* ints() const { return static_cast<int32_t*>(data_); }
   size_t bytes() const { return bytes_; }
