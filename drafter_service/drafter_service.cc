@@ -55,7 +55,12 @@ v1::DrafterInfo MakeInfo(const DrafterServiceOptions& options, const DrafterRegi
   info.set_drafter_id(NewDrafterId());
   ToProto(options.spec.defaults, info.mutable_defaults());
   ToProto(options.spec.max, info.mutable_max());
-  for (DrafterKind kind : drafters.kinds()) info.add_modes(ToProto(kind));
+  for (DrafterKind kind : drafters.kinds()) {
+    info.add_modes(ToProto(kind));
+    if (const FeatureSpec needs = drafters.Find(kind)->features(); !needs.empty()) {
+      ToProto(kind, needs, info.add_feature_needs());
+    }
+  }
   info.set_default_mode(ToProto(options.default_kind));
   return info;
 }

@@ -155,7 +155,7 @@ class FeatureCountingFactory final : public DrafterFactory {
   absl::StatusOr<std::unique_ptr<DraftSession>> NewSession() override {
     return std::make_unique<FeatureCountingSession>();
   }
-  FeatureSpec features() const override { return {{0, 1}, 2}; }
+  FeatureSpec features() const override { return {{0, 1}, 2, 4, kVocab}; }
 };
 
 // `rows` feature rows of width `width`, row r's values all r + 1.
@@ -560,6 +560,14 @@ namespace {
 TEST_F(DrafterServiceTest, FeaturesReachTheSessionThatTakesThemAndBadOnesAreRefused) {
   Start(false, DrafterKind::kNgram, absl::Seconds(60), std::make_unique<FeatureCountingFactory>());
   const std::vector<int32_t> prompt = {1, 2, 3, 4, 5};
+  {  // GetInfo states what the feature kind needs.
+    grpc::ClientContext ctx;
+    v1::DrafterInfo info;
+    ASSERT_TRUE(stub_->GetInfo(&ctx, v1::DrafterInfoRequest(), &info).ok());
+    ASSERT_EQ(info.feature_needs_size(), 1);
+    EXPECT_EQ(info.feature_needs(0).mode(), v1::SPECULATION_MODE_DFLASH);
+    EXPECT_EQ(FromProto(info.feature_needs(0)), (FeatureSpec{{0, 1}, 2, 4, kVocab}));
+  }
   {
     grpc::ClientContext ctx;
     std::unique_ptr<Stream> stream = stub_->Draft(&ctx);

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/tree/draft_context.h"
@@ -47,6 +48,8 @@ struct DrafterPoolInfo {
   int drafters = 0;                // drafters heard from lately; 0 = none (nothing is known)
   SpecLimits max;                  // each field the largest any of them serves
   std::vector<DrafterKind> kinds;  // the kinds some of them serve, sorted
+  // The distinct feature needs their kinds state (drafters of one kind may differ).
+  std::vector<std::pair<DrafterKind, FeatureSpec>> feature_needs;
 };
 
 class DraftSource {

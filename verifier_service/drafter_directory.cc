@@ -13,7 +13,8 @@ bool DrafterDirectory::Heard(const DrafterDescription& drafter, absl::Time now) 
   Entry& known = it->second;
   const bool changed = known.drafter.spec.defaults != drafter.spec.defaults ||
                        known.drafter.spec.max != drafter.spec.max ||
-                       known.drafter.kinds != drafter.kinds;
+                       known.drafter.kinds != drafter.kinds ||
+                       known.drafter.feature_needs != drafter.feature_needs;
   known = Entry{drafter, now};
   return changed;
 }
@@ -26,6 +27,12 @@ DrafterPoolInfo DrafterDirectory::Pool(absl::Time now) const {
     ++pool.drafters;
     pool.max = MaxSpecLimits(pool.max, entry.drafter.spec.max);
     pool.kinds.insert(pool.kinds.end(), entry.drafter.kinds.begin(), entry.drafter.kinds.end());
+    for (const auto& needs : entry.drafter.feature_needs) {
+      if (std::find(pool.feature_needs.begin(), pool.feature_needs.end(), needs) ==
+          pool.feature_needs.end()) {
+        pool.feature_needs.push_back(needs);
+      }
+    }
   }
   std::sort(pool.kinds.begin(), pool.kinds.end());
   pool.kinds.erase(std::unique(pool.kinds.begin(), pool.kinds.end()), pool.kinds.end());

@@ -8,6 +8,7 @@
 
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -23,6 +24,8 @@ struct DrafterDescription {
   std::string id;                  // the drafter process; a restart is a new id
   SpecBounds spec;                 // its defaults and maxima
   std::vector<DrafterKind> kinds;  // kinds it serves, sorted
+  // What its kinds that read target features need (DrafterInfo.feature_needs).
+  std::vector<std::pair<DrafterKind, FeatureSpec>> feature_needs;
 };
 
 // Thread-safe.

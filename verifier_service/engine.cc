@@ -230,7 +230,17 @@ absl::Status Engine::ValidateSpeculation(GenerationRequest& r) const {
                      DrafterModeNames(pool.kinds),
                      "); use AUTO or one of those, or start drafters with ", info.needs));
   }
-  return absl::OkStatus();
+  // A kind that reads the target's features serves only the target it was trained for.
+  absl::Status mismatch;
+  for (const auto& [needs_kind, needs] : pool.feature_needs) {
+    if (!kind.has_value() || needs_kind != *kind) continue;
+    const ModelConfig& c = model_->config();
+    mismatch = CheckFeatureTarget(
+        needs, c.hidden_size, c.num_layers, c.vocab_size,
+        absl::StrCat("speculation.mode ", InfoOf(*kind).mode_name, ": its drafter"));
+    if (mismatch.ok()) return mismatch;  // one drafter of the pool fits
+  }
+  return mismatch;
 }
 
 absl::StatusOr<uint64_t> Engine::Submit(GenerationRequest request,

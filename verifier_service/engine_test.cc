@@ -592,6 +592,44 @@ TEST_F(EngineTest, SpeculationLimitsFollowWhatTheDraftersServe) {
   EXPECT_GT(out.stats.drafted_tokens, 0);
 }
 
+// A kind that reads the target's features (DFlash) is refused at admission when no drafter of
+// the pool that serves it was trained for this verifier's target, naming both shapes; one
+// drafter that fits is enough.
+TEST_F(EngineTest, AFeatureDrafterForAnotherTargetIsRefused) {
+  NgramDrafterFactory factory{NgramOptions()};
+  const ModelConfig& c = target_->config();
+  const FeatureSpec fits{{0, 1}, c.hidden_size, c.num_layers, c.vocab_size};
+  FeatureSpec other = fits;
+  other.hidden = 4096;
+  other.num_layers = 36;
+  DrafterPoolInfo pool{1, SpecLimits{16, 8, 16}, {DrafterKind::kDflash}};
+  pool.feature_needs = {{DrafterKind::kDflash, other}};
+  StatedPoolSource drafts(&factory, pool);
+  Engine engine(target_.get(), nullptr, &drafts, EngineOptions());
+  GenerationRequest r = Request(Prompt(3), SpecMode::Of(DrafterKind::kDflash), 8);
+  const absl::Status refused = engine.Validate(r);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_EQ(refused.message(),
+            absl::StrCat("speculation.mode DFLASH: its drafter was trained for a target of hidden "
+                         "4096, 36 layers, vocab ",
+                         c.vocab_size, "; this verifier serves hidden ", c.hidden_size, ", ",
+                         c.num_layers, " layers, vocab ", c.vocab_size,
+                         ": pair it with the target it was trained for, or use another drafter "
+                         "kind"));
+
+  pool.feature_needs.push_back({DrafterKind::kDflash, fits});
+  StatedPoolSource mixed(&factory, pool);
+  Engine engine2(target_.get(), nullptr, &mixed, EngineOptions());
+  r = Request(Prompt(3), SpecMode::Of(DrafterKind::kDflash), 8);
+  EXPECT_TRUE(engine2.Validate(r).ok());
+  FeatureSpec bad_layers = fits;
+  bad_layers.layers = {0, c.num_layers};
+  EXPECT_THAT(
+      std::string(CheckFeatureTarget(bad_layers, c.hidden_size, c.num_layers, c.vocab_size, "it")
+                      .message()),
+      ::testing::HasSubstr("not strictly ascending within the target's"));
+}
+
 // --max_new_tokens_limit caps what a request may ask for below the context: one token more is
 // INVALID_ARGUMENT naming the field and the flag, the limit itself passes, and a request that
 // sets none gets the default (which the options keep within the limit).

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/rpc/draft_context_proto.h"
 #include "common/rpc/drafter_kind_proto.h"
 #include "common/tokenizer/utf8.h"
 
@@ -158,6 +159,11 @@ DrafterDescription FromProto(const v1::DrafterInfo& proto) {
   }
   std::sort(d.kinds.begin(), d.kinds.end());
   d.kinds.erase(std::unique(d.kinds.begin(), d.kinds.end()), d.kinds.end());
+  for (const v1::FeatureNeeds& needs : proto.feature_needs()) {
+    if (const std::optional<DrafterKind> kind = DrafterKindFromProto(needs.mode())) {
+      d.feature_needs.emplace_back(*kind, FromProto(needs));
+    }
+  }
   return d;
 }
 

@@ -10,6 +10,8 @@ treespec_add_test(NAME drafter_client_test SOURCES drafter_client_test.cc
   LIBS treespec_verifier treespec_drafter GTest::gtest)
 treespec_add_test(NAME response_outbox_test SOURCES response_outbox_test.cc
   LIBS treespec_verifier GTest::gmock)
+treespec_add_test(NAME drafter_directory_test SOURCES drafter_directory_test.cc
+  LIBS treespec_verifier GTest::gtest)
 
 # Speculation on the GPU backend (label gpu; skips without a GPU).
 if(TREESPEC_HAVE_CUDA)

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/rpc/drafter_kind_proto.h"
 
 namespace treespec {
 
@@ -43,6 +44,21 @@ absl::StatusOr<DraftContext> DraftContextFromProto(const v1::DraftCommit& commit
   }
   if (absl::Status s = CheckTargetFeatures(f, absl::StrCat(what, ": features")); !s.ok()) return s;
   return context;
+}
+
+void ToProto(DrafterKind kind, const FeatureSpec& needs, v1::FeatureNeeds* out) {
+  out->set_mode(ToProto(kind));
+  out->mutable_target_layers()->Assign(needs.layers.begin(), needs.layers.end());
+  out->set_target_hidden_size(needs.hidden);
+  out->set_target_num_layers(needs.num_layers);
+  out->set_target_vocab_size(needs.vocab);
+}
+
+FeatureSpec FromProto(const v1::FeatureNeeds& needs) {
+  return {{needs.target_layers().begin(), needs.target_layers().end()},
+          needs.target_hidden_size(),
+          needs.target_num_layers(),
+          needs.target_vocab_size()};
 }
 
 }  // namespace treespec

@@ -4,6 +4,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/tree/draft_context.h"
+#include "common/tree/drafter_kind.h"
 #include "treespec/v1/drafter.pb.h"
 
 namespace treespec {
@@ -16,6 +17,10 @@ void ToProto(const DraftContext& context, v1::DraftCommit* out);
 // caller's to check.
 absl::StatusOr<DraftContext> DraftContextFromProto(const v1::DraftCommit& commit,
                                                    absl::string_view what);
+
+// A kind's feature needs (DrafterInfo.feature_needs), both ways.
+void ToProto(DrafterKind kind, const FeatureSpec& needs, v1::FeatureNeeds* out);
+FeatureSpec FromProto(const v1::FeatureNeeds& needs);
 
 }  // namespace treespec
 

@@ -88,6 +88,29 @@ TEST(DraftContextProtoTest, RefusesNonFiniteValuesNamingTheirPlace) {
               HasSubstr("row 0 column 0 is not finite (inf)"));
 }
 
+TEST(DraftContextProtoTest, FeatureNeedsRoundTrip) {
+  const FeatureSpec needs{{1, 9, 17, 25, 33}, 4096, 36, 151936};
+  v1::FeatureNeeds proto;
+  ToProto(DrafterKind::kDflash, needs, &proto);
+  EXPECT_EQ(proto.mode(), v1::SPECULATION_MODE_DFLASH);
+  EXPECT_EQ(FromProto(proto), needs);
+}
+
+TEST(DraftContextTest, FeatureTargetMustMatchTheVerifiersModel) {
+  const FeatureSpec needs{{1, 3}, 256, 6, 4096};
+  EXPECT_TRUE(CheckFeatureTarget(needs, 256, 6, 4096, "d").ok());
+  EXPECT_TRUE(CheckFeatureTarget(FeatureSpec{}, 1, 1, 1, "d").ok());
+  const absl::Status wrong = CheckFeatureTarget(needs, 256, 6, 32000, "drafter x");
+  EXPECT_EQ(wrong.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(wrong.message(), HasSubstr("drafter x was trained for a target of hidden 256, 6 "
+                                         "layers, vocab 4096; this verifier serves hidden 256, "
+                                         "6 layers, vocab 32000"));
+  EXPECT_EQ(CheckFeatureTarget({{3, 1}, 256, 6, 4096}, 256, 6, 4096, "d").code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(CheckFeatureTarget({{1, 6}, 256, 6, 4096}, 256, 6, 4096, "d").code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(DraftContextTest, FeaturesAppendRowsAndSpecsPrint) {
   TargetFeatures all;
   all.Append(TwoRows().features);
@@ -98,8 +121,8 @@ TEST(DraftContextTest, FeaturesAppendRowsAndSpecsPrint) {
   EXPECT_EQ(all.bf16.size(), 12u);
   EXPECT_TRUE(CheckTargetFeatures(all, "all").ok());
   EXPECT_EQ(FeatureSpecString(FeatureSpec{}), "none");
-  EXPECT_EQ(FeatureSpecString(FeatureSpec{{1, 3}, 256}), "layers [1, 3] x hidden 256");
-  EXPECT_EQ((FeatureSpec{{1, 3}, 256}).width(), 512);
+  EXPECT_EQ(FeatureSpecString(FeatureSpec{{1, 3}, 256, 6, 4096}), "layers [1, 3] x hidden 256");
+  EXPECT_EQ((FeatureSpec{{1, 3}, 256, 6, 4096}).width(), 512);
 }
 
 }  // namespace

@@ -17,6 +17,31 @@ std::string FeatureSpecString(const FeatureSpec& spec) {
   return absl::StrCat("layers [", absl::StrJoin(spec.layers, ", "), "] x hidden ", spec.hidden);
 }
 
+std::string FeatureTargetString(const FeatureSpec& spec) {
+  return absl::StrCat("hidden ", spec.hidden, ", ", spec.num_layers, " layers, vocab ", spec.vocab);
+}
+
+absl::Status CheckFeatureTarget(const FeatureSpec& needs, int hidden, int num_layers, int vocab,
+                                absl::string_view drafter) {
+  if (needs.empty()) return absl::OkStatus();
+  const FeatureSpec served{{}, hidden, num_layers, vocab};
+  if (needs.hidden != hidden || needs.num_layers != num_layers || needs.vocab != vocab) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(drafter, " was trained for a target of ", FeatureTargetString(needs),
+                     "; this verifier serves ", FeatureTargetString(served),
+                     ": pair it with the target it was trained for, or use another drafter kind"));
+  }
+  for (size_t i = 0; i < needs.layers.size(); ++i) {
+    if (needs.layers[i] < 0 || needs.layers[i] >= num_layers ||
+        (i > 0 && needs.layers[i] <= needs.layers[i - 1])) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(drafter, " asks for target layers [", absl::StrJoin(needs.layers, ", "),
+                       "], which are not strictly ascending within the target's ", num_layers));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckTargetFeatures(const TargetFeatures& features, absl::string_view field) {
   if (features.rows < 0 || features.width < 0 || (features.rows > 0) != (features.width > 0)) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": ", features.rows, " rows of width ",

@@ -34,18 +34,27 @@ struct TargetFeatures {
 
 // What a drafter conditioned on the target needs from it: the layers whose outputs (the
 // residual stream after layer l, Transformers' hidden_states[l + 1]) make a feature row, and
-// the target's hidden size. Empty layers: the drafter reads tokens only.
+// the shape of the target it was trained for. Empty layers: the drafter reads tokens only.
 struct FeatureSpec {
   std::vector<int> layers;
-  int hidden = 0;
+  int hidden = 0;      // the target's hidden size: a row is layers × hidden wide
+  int num_layers = 0;  // the target's layer count
+  int vocab = 0;       // the target's vocabulary (the drafter uses its embedding and head)
 
   bool empty() const { return layers.empty(); }
   int width() const { return static_cast<int>(layers.size()) * hidden; }
   friend bool operator==(const FeatureSpec&, const FeatureSpec&) = default;
 };
 
-// "layers [1, 3] × hidden 256", or "none".
+// "layers [1, 3] x hidden 256", or "none".
 std::string FeatureSpecString(const FeatureSpec& spec);
+// "hidden 256, 6 layers, vocab 4096".
+std::string FeatureTargetString(const FeatureSpec& spec);
+
+// OK when `needs` is empty or was made for a target of this shape (and its layers are
+// strictly ascending within it); else FailedPrecondition naming both shapes and `drafter`.
+absl::Status CheckFeatureTarget(const FeatureSpec& needs, int hidden, int num_layers, int vocab,
+                                absl::string_view drafter);
 
 struct DraftContext {
   std::vector<int32_t> tokens;
