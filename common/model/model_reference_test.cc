@@ -8,7 +8,8 @@
 //    summation orders differ, which costs ~1e-6 on these models);
 //  - greedy_ids (argmax continuation) are reproduced exactly by incremental decoding: one
 //    prefill, then one token per Forward through the KV cache.
-// Both with tensor_parallel 1 and 3 (3 splits these 4-head models unevenly).
+// Both with tensor_parallel 1 and 3 (3 splits these 4-head models unevenly). The target
+// features (layer outputs) against tests/data/feature_reference.json likewise.
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "common/model/causal_lm.h"
+#include "common/model/dtype.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -117,6 +119,59 @@ TEST(ModelReferenceTest, MatchesTransformers) {
     }
   }
   std::printf("checked %d cases\n", cases_checked);
+}
+
+// Target features (the verify step's capture of layer outputs) against Transformers' decoder
+// layer outputs (tests/data/feature_reference.json, written by tools/feature_reference.py).
+// Ours are rounded to bf16 (the wire's type): each value within 2^-8 of its own magnitude plus
+// 1e-4 of the row's scale (fp32 summation order), with TP 1 and 3.
+TEST(ModelReferenceTest, FeaturesMatchTransformers) {
+  const std::string path = std::string(TREESPEC_SOURCE_DIR) + "/tests/data/feature_reference.json";
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good()) << "missing " << path << " (produced by tools/feature_reference.py)";
+  const nlohmann::json ref = nlohmann::json::parse(in);
+  ASSERT_FALSE(ref["models"].empty());
+  for (const auto& model : ref["models"]) {
+    const std::string dir =
+        std::string(TREESPEC_SOURCE_DIR) + "/" + model["dir"].get<std::string>();
+    const auto layers = model["layers"].get<std::vector<int>>();
+    const auto prompt = model["prompt_ids"].get<std::vector<int32_t>>();
+    const auto rows = model["rows"].get<std::vector<std::vector<float>>>();
+    for (int tp : {1, 3}) {
+      LmOptions options;
+      options.tensor_parallel = tp;
+      options.kv_pages = 8;
+      auto lm = LoadCpuCausalLm(dir, options);
+      ASSERT_TRUE(lm.ok()) << dir << ": " << lm.status();
+      ASSERT_TRUE((*lm)->SetFeatureLayers(layers).ok());
+      std::vector<int32_t> parents(prompt.size());
+      for (size_t i = 0; i < prompt.size(); ++i) parents[i] = static_cast<int32_t>(i) - 1;
+      StepSpec spec;
+      spec.prefill = true;
+      spec.capture_features = true;
+      auto step = (*lm)->VerifyStep({{(*lm)->CreateSequence(), 0, prompt, parents, 0}}, {spec});
+      ASSERT_TRUE(step.ok()) << dir << ": " << step.status();
+      const TargetFeatures& got = (*step)[0].features;
+      ASSERT_EQ(got.rows, static_cast<int>(rows.size())) << dir;
+      ASSERT_EQ(got.width, static_cast<int>(rows[0].size())) << dir;
+      double worst = 0;
+      for (int t = 0; t < got.rows; ++t) {
+        double scale = 0;
+        for (float v : rows[t]) scale = std::max(scale, std::abs(static_cast<double>(v)));
+        for (int c = 0; c < got.width; ++c) {
+          const double want = rows[t][c];
+          const double ours = Bf16BitsToFloat(got.bf16[static_cast<size_t>(t) * got.width + c]);
+          const double err = std::abs(ours - want);
+          worst = std::max(worst, err / scale);
+          ASSERT_LE(err, std::abs(want) / 256 + 1e-4 * scale)
+              << dir << " tp " << tp << " token " << t << " column " << c << ": ours " << ours
+              << ", transformers " << want;
+        }
+      }
+      std::printf("%s tp %d: %d feature rows, worst error %.2g of the row's scale\n", dir.c_str(),
+                  tp, got.rows, worst);
+    }
+  }
 }
 
 }  // namespace
