@@ -277,6 +277,7 @@ class DrafterService::SessionReactor final
                        DrafterModeNames(service_->drafters_.kinds()),
                        "); use one of those, or a drafter with ", kind.needs));
     }
+    feature_spec_ = factory_->features();
     const SpecLimits asked{open.tree_budget(), open.max_depth(), open.top_k()};
     if (asked.tree_budget < 0 || asked.max_depth < 0 || asked.top_k < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -305,7 +306,7 @@ class DrafterService::SessionReactor final
   // bonus after each commit (common/tree/draft_context.h), each as wide as its kind needs; one
   // that takes none gets none.
   absl::Status CheckFeatureRowsLocked(const DraftContext& added, const std::string& what) {
-    const FeatureSpec spec = factory_->features();
+    const FeatureSpec& spec = feature_spec_;
     const TargetFeatures& f = added.features;
     context_tokens_ += static_cast<int64_t>(added.tokens.size());
     if (spec.empty()) {
@@ -482,6 +483,7 @@ class DrafterService::SessionReactor final
   std::string request_id_;
   DrafterKind kind_ = DrafterKind::kNgram;
   DrafterFactory* factory_ = nullptr;
+  FeatureSpec feature_spec_;  // the features its sessions take (factory_->features())
   SpecLimits limits_;
 
   // Touched only by the serial tasks (and OnDone after them).

@@ -21,7 +21,6 @@
 #include "common/cuda/pinned_buffer.h"
 #include "common/cuda/top_k_logprobs.h"
 #include "common/cuda/weight_source.h"
-#include "common/model/dtype.h"
 #include "common/model/forward_batch.h"
 #include "common/model/kv_cache.h"
 #include "common/model/tp_plan.h"
@@ -78,15 +77,12 @@ class CudaCausalLm final : public CausalLm {
 
  protected:
   absl::StatusOr<std::vector<float>> ForwardCapturing(absl::Span<const SeqTree> batch,
-                                                      std::vector<float>* features) override;
+                                                      std::vector<uint16_t>* features) override;
 
  private:
   // Rank 0, after a chunk's forward: its `rows` feature rows, copied (on the stream, not yet
   // waited for) to rows [row0, row0 + rows) of feature_staging_, which grows to hold `total`.
   absl::Status StageFeatures(ModelShard& shard, int64_t row0, int rows, int64_t total);
-  // The staged rows of r.path (node indices of the entry whose first row is `first_row`) into
-  // r.features, once the step's copies are done.
-  void KeptFeatures(int first_row, StepResult& r) const;
   // Runs fn(shard) for every rank on its thread with its device current; the first error.
   absl::Status OnRanks(const std::function<absl::Status(ModelShard&)>& fn);
   // Validates `batch` and reserves its slots; returns every entry's node depths.
@@ -230,10 +226,7 @@ absl::Status CudaCausalLm::StageFeatures(ModelShard& shard, int64_t row0, int ro
 }
 
 absl::StatusOr<std::vector<float>> CudaCausalLm::ForwardCapturing(absl::Span<const SeqTree> batch,
-                                                                  std::vector<float>* features) {
-  if (features != nullptr && feature_layers().empty()) {
-    return absl::InvalidArgumentError("Forward: features asked for, but no feature layers set");
-  }
+                                                                  std::vector<uint16_t>* features) {
   const size_t vocab = config_.vocab_size;
   std::vector<float> logits;
   ASSIGN_OR_RETURN(const std::vector<std::vector<int32_t>> depths, PrepareBatch(batch));
@@ -255,8 +248,7 @@ absl::StatusOr<std::vector<float>> CudaCausalLm::ForwardCapturing(absl::Span<con
       }));
   if (features != nullptr) {
     const uint16_t* staged = reinterpret_cast<const uint16_t*>(feature_staging_.data());
-    features->resize(total_rows * feature_layers().size() * config_.hidden_size);
-    for (size_t i = 0; i < features->size(); ++i) (*features)[i] = Bf16BitsToFloat(staged[i]);
+    features->assign(staged, staged + total_rows * feature_layers().size() * config_.hidden_size);
   }
   return logits;
 }
@@ -435,24 +427,15 @@ absl::StatusOr<std::vector<StepResult>> CudaCausalLm::VerifyStep(absl::Span<cons
       std::iota(r.path.begin(), r.path.end(), 0);
       r.emitted.push_back(h_choice[row + n - 1]);
     }
-    if (specs[order[i]].capture_features) KeptFeatures(row, r);
+    if (specs[order[i]].capture_features) {
+      r.features =
+          SelectRows(reinterpret_cast<const uint16_t*>(feature_staging_.data()),
+                     static_cast<int>(feature_layers().size()) * config_.hidden_size, row, r.path);
+    }
     row += n;
     cache_.Truncate(t.seq, t.committed_len + static_cast<int>(r.path.size()));
   }
   return results;
-}
-
-void CudaCausalLm::KeptFeatures(int first_row, StepResult& r) const {
-  const int width = static_cast<int>(feature_layers().size()) * config_.hidden_size;
-  const uint16_t* staged = reinterpret_cast<const uint16_t*>(feature_staging_.data());
-  TargetFeatures& f = r.features;
-  f.rows = static_cast<int>(r.path.size());
-  f.width = f.rows > 0 ? width : 0;
-  f.bf16.resize(static_cast<size_t>(f.rows) * width);
-  for (int i = 0; i < f.rows; ++i) {
-    std::copy_n(staged + static_cast<size_t>(first_row + r.path[i]) * width, width,
-                f.bf16.data() + static_cast<size_t>(i) * width);
-  }
 }
 
 CudaCausalLm::PackedStep CudaCausalLm::PackStep(absl::Span<const SeqTree> batch,

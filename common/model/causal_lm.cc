@@ -7,32 +7,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/model/dtype.h"
 #include "common/model/sampling.h"
 #include "common/tree/token_tree.h"
 #include "common/util/status_macros.h"
 
 namespace treespec {
-namespace {
-
-// The rows of `path` (node indices of the entry whose first row is `first_row`) of `features`
-// ([rows, width] fp32), as bf16.
-TargetFeatures FeatureRows(const std::vector<float>& features, int width, size_t first_row,
-                           absl::Span<const int> path) {
-  TargetFeatures out;
-  out.rows = static_cast<int>(path.size());
-  out.width = out.rows > 0 ? width : 0;
-  out.bf16.resize(static_cast<size_t>(out.rows) * width);
-  for (int i = 0; i < out.rows; ++i) {
-    const float* from = features.data() + (first_row + path[i]) * width;
-    for (int c = 0; c < width; ++c) {
-      out.bf16[static_cast<size_t>(i) * width + c] = FloatToBf16Bits(from[c]);
-    }
-  }
-  return out;
-}
-
-}  // namespace
 
 absl::StatusOr<std::vector<std::vector<TokenLogProb>>> CausalLm::ForwardTopK(
     absl::Span<const SeqTree> batch, int k, TopKRows rows) {
@@ -71,7 +50,7 @@ absl::StatusOr<std::vector<StepResult>> CausalLm::VerifyStep(absl::Span<const Se
   RETURN_IF_ERROR(CheckFeatureCapture(specs));
   const bool capture =
       std::any_of(specs.begin(), specs.end(), [](const StepSpec& s) { return s.capture_features; });
-  std::vector<float> features;
+  std::vector<uint16_t> features;
   absl::StatusOr<std::vector<float>> logits =
       capture ? ForwardCapturing(batch, &features) : Forward(batch);
   if (!logits.ok()) return logits.status();
@@ -105,7 +84,7 @@ absl::StatusOr<std::vector<StepResult>> CausalLm::VerifyStep(absl::Span<const Se
     }
     Commit(t.seq, t.committed_len, r.path);
     if (specs[b].capture_features) {
-      r.features = FeatureRows(features, width, first_row, r.path);
+      r.features = SelectRows(features.data(), width, first_row, r.path);
     }
   }
   return results;
@@ -124,21 +103,17 @@ absl::Status CausalLm::CheckFeatureCapture(absl::Span<const StepSpec> specs) con
 }
 
 absl::Status CausalLm::SetFeatureLayers(std::vector<int> layers) {
-  for (size_t i = 0; i < layers.size(); ++i) {
-    if (layers[i] < 0 || layers[i] >= config().num_layers ||
-        (i > 0 && layers[i] <= layers[i - 1])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("feature layers [", absl::StrJoin(layers, ", "),
-                       "] must be strictly ascending within [0, ", config().num_layers,
-                       ") (the target's layers)"));
-    }
+  if (!LayersAscendingWithin(layers, config().num_layers)) {
+    return absl::InvalidArgumentError(absl::StrCat("feature layers [", absl::StrJoin(layers, ", "),
+                                                   "] must be strictly ascending within [0, ",
+                                                   config().num_layers, ") (the target's layers)"));
   }
   feature_layers_ = std::move(layers);
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<float>> CausalLm::ForwardCapturing(absl::Span<const SeqTree> batch,
-                                                              std::vector<float>* features) {
+                                                              std::vector<uint16_t>* features) {
   if (features != nullptr) {
     return absl::UnimplementedError(
         absl::StrCat("the ", device(), " backend does not capture target features"));

@@ -117,10 +117,10 @@ class CausalLm {
 
  protected:
   // Forward, and with `features` non-null also every new row's captured layers, [rows,
-  // feature layers × hidden] fp32 in batch order, into *features. VerifyStep's host path uses
-  // it; the default refuses a non-null `features` (a backend without capture).
+  // feature layers × hidden] bf16 bits in batch order, into *features. VerifyStep's host path
+  // uses it; the default refuses a non-null `features` (a backend without capture).
   virtual absl::StatusOr<std::vector<float>> ForwardCapturing(absl::Span<const SeqTree> batch,
-                                                              std::vector<float>* features);
+                                                              std::vector<uint16_t>* features);
   // INVALID_ARGUMENT when a spec asks for features and no feature layers are set.
   absl::Status CheckFeatureCapture(absl::Span<const StepSpec> specs) const;
 

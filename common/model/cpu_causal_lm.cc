@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/model/communicator.h"
 #include "common/model/cpu_ops.h"
+#include "common/model/dtype.h"
 #include "common/model/forward_batch.h"
 #include "common/model/kv_cache.h"
 #include "common/model/tp_plan.h"
@@ -41,9 +42,9 @@ struct BatchPlan {
   std::vector<float> rope_cos;   // [M, head_dim / 2] at position L + depth(i)
   std::vector<float> rope_sin;   // [M, head_dim / 2]
   float* logits = nullptr;       // [M, vocab] written by rank 0
-  // Target features, when asked: [M, captured layers × hidden] written by rank 0, and per
-  // layer its place in a row (-1: not captured).
-  float* features = nullptr;
+  // Target features, when asked: [M, captured layers × hidden] bf16 bits written by rank 0,
+  // and per layer its place in a row (-1: not captured).
+  uint16_t* features = nullptr;
   std::vector<int> feature_slot;
 };
 
@@ -105,7 +106,7 @@ class CpuCausalLm final : public CausalLm {
 
  protected:
   absl::StatusOr<std::vector<float>> ForwardCapturing(absl::Span<const SeqTree> batch,
-                                                      std::vector<float>* features) override;
+                                                      std::vector<uint16_t>* features) override;
 
  private:
   void BuildPlan(absl::Span<const SeqTree> batch, BatchPlan& plan) const;
@@ -158,15 +159,17 @@ void CpuCausalLm::RankForward(Rank& r, const BatchPlan& b) const {
 }
 // clang-format on
 
-// The features of layer `layer` (the residual stream after it) into their place in every row,
-// when the batch asks for them. Every rank holds the same x after the all-reduce; rank 0 copies.
+// The features of layer `layer` (the residual stream after it), rounded to bf16, into their
+// place in every row, when the batch asks for them. Every rank holds the same x after the
+// all-reduce; rank 0 copies.
 void CpuCausalLm::CaptureFeatures(const Rank& r, const BatchPlan& b, int layer) const {
   if (b.features == nullptr || b.feature_slot[layer] < 0 || r.comm->rank() != 0) return;
   const int hidden = config_.hidden_size;
   const size_t width = feature_layers().size() * hidden;
   for (int i = 0; i < b.num_rows; ++i) {
-    std::copy_n(r.x.data() + static_cast<size_t>(i) * hidden, hidden,
-                b.features + i * width + static_cast<size_t>(b.feature_slot[layer]) * hidden);
+    const float* from = r.x.data() + static_cast<size_t>(i) * hidden;
+    uint16_t* to = b.features + i * width + static_cast<size_t>(b.feature_slot[layer]) * hidden;
+    for (int c = 0; c < hidden; ++c) to[c] = FloatToBf16Bits(from[c]);
   }
 }
 
@@ -306,16 +309,15 @@ void CpuCausalLm::BuildPlan(absl::Span<const SeqTree> batch, BatchPlan& plan) co
 }
 
 absl::StatusOr<std::vector<float>> CpuCausalLm::ForwardCapturing(absl::Span<const SeqTree> batch,
-                                                                 std::vector<float>* features) {
+                                                                 std::vector<uint16_t>* features) {
   RETURN_IF_ERROR(ValidateForwardBatch(config_, cache_, batch));
   RETURN_IF_ERROR(ReserveForwardBatch(cache_, batch));
   BatchPlan plan;
   BuildPlan(batch, plan);
   std::vector<float> logits(static_cast<size_t>(plan.num_rows) * config_.vocab_size);
   if (features != nullptr) {
-    features->assign(static_cast<size_t>(plan.num_rows) * feature_layers().size() *
-                         config_.hidden_size,
-                     0.0f);
+    features->assign(
+        static_cast<size_t>(plan.num_rows) * feature_layers().size() * config_.hidden_size, 0);
     plan.features = features->data();
     plan.feature_slot.assign(config_.num_layers, -1);
     for (size_t i = 0; i < feature_layers().size(); ++i) {

@@ -1,5 +1,7 @@
 #include "common/tree/draft_context.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -10,6 +12,28 @@ void TargetFeatures::Append(const TargetFeatures& other) {
   if (empty()) width = other.width;
   rows += other.rows;
   bf16.insert(bf16.end(), other.bf16.begin(), other.bf16.end());
+}
+
+TargetFeatures SelectRows(const uint16_t* all, int width, size_t first_row,
+                          absl::Span<const int> path) {
+  TargetFeatures out;
+  out.rows = static_cast<int>(path.size());
+  out.width = out.rows > 0 ? width : 0;
+  out.bf16.resize(static_cast<size_t>(out.rows) * width);
+  for (int i = 0; i < out.rows; ++i) {
+    std::copy_n(all + (first_row + path[i]) * width, width,
+                out.bf16.data() + static_cast<size_t>(i) * width);
+  }
+  return out;
+}
+
+bool LayersAscendingWithin(absl::Span<const int> layers, int num_layers) {
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i] < 0 || layers[i] >= num_layers || (i > 0 && layers[i] <= layers[i - 1])) {
+      return false;
+    }
+  }
+  return true;
 }
 
 std::string FeatureSpecString(const FeatureSpec& spec) {
@@ -31,13 +55,10 @@ absl::Status CheckFeatureTarget(const FeatureSpec& needs, int hidden, int num_la
                      "; this verifier serves ", FeatureTargetString(served),
                      ": pair it with the target it was trained for, or use another drafter kind"));
   }
-  for (size_t i = 0; i < needs.layers.size(); ++i) {
-    if (needs.layers[i] < 0 || needs.layers[i] >= num_layers ||
-        (i > 0 && needs.layers[i] <= needs.layers[i - 1])) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(drafter, " asks for target layers [", absl::StrJoin(needs.layers, ", "),
-                       "], which are not strictly ascending within the target's ", num_layers));
-    }
+  if (!LayersAscendingWithin(needs.layers, num_layers)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(drafter, " asks for target layers [", absl::StrJoin(needs.layers, ", "),
+                     "], which are not strictly ascending within the target's ", num_layers));
   }
   return absl::OkStatus();
 }

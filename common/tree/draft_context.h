@@ -32,6 +32,14 @@ struct TargetFeatures {
   void Append(const TargetFeatures& other);
 };
 
+// Rows first_row + path[i] of `all` ([rows, width] bf16 bits, row-major), in path order: the
+// rows a verify step keeps of one batch entry whose first row is `first_row`.
+TargetFeatures SelectRows(const uint16_t* all, int width, size_t first_row,
+                          absl::Span<const int> path);
+
+// True when `layers` are strictly ascending within [0, num_layers).
+bool LayersAscendingWithin(absl::Span<const int> layers, int num_layers);
+
 // What a drafter conditioned on the target needs from it: the layers whose outputs (the
 // residual stream after layer l, Transformers' hidden_states[l + 1]) make a feature row, and
 // the shape of the target it was trained for. Empty layers: the drafter reads tokens only.
