@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/rpc/draft_context_proto.h"
 #include "common/rpc/drafter_kind_proto.h"
@@ -232,6 +233,8 @@ class DrafterService::SessionReactor final
         absl::StatusOr<DraftContext> added = DraftContextFromProto(commit, what);
         if (!added.ok()) return added.status();
         if (status = CheckFeatureRowsLocked(*added, what); !status.ok()) return status;
+        added->features = SelectLayers(std::move(added->features), sent_layers_,
+                                       feature_spec_.layers, feature_spec_.hidden);
         queue_.push_back(Work{false, commit.step(), *std::move(added)});
         return absl::OkStatus();
       }
@@ -278,6 +281,8 @@ class DrafterService::SessionReactor final
                        "); use one of those, or a drafter with ", kind.needs));
     }
     feature_spec_ = factory_->features();
+    sent_layers_.assign(open.feature_layers().begin(), open.feature_layers().end());
+    if (absl::Status status = CheckFeatureLayersLocked(); !status.ok()) return status;
     const SpecLimits asked{open.tree_budget(), open.max_depth(), open.top_k()};
     if (asked.tree_budget < 0 || asked.max_depth < 0 || asked.top_k < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -302,6 +307,31 @@ class DrafterService::SessionReactor final
     return absl::OkStatus();
   }
 
+  // The layers the verifier will send (open.feature_layers) must hold those this kind reads;
+  // a kind that reads tokens only gets none.
+  absl::Status CheckFeatureLayersLocked() const {
+    const FeatureSpec& spec = feature_spec_;
+    const std::string sent = absl::StrCat("[", absl::StrJoin(sent_layers_, ", "), "]");
+    if (spec.empty()) {
+      if (sent_layers_.empty()) return absl::OkStatus();
+      return absl::InvalidArgumentError(
+          absl::StrCat("open.feature_layers is ", sent, " but a ", InfoOf(kind_).mode_name,
+                       " session reads tokens only; send none"));
+    }
+    if (!LayersAscendingWithin(sent_layers_, spec.num_layers)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("open.feature_layers ", sent, " must be strictly ascending within [0, ",
+                       spec.num_layers, ") (the layers of the target this drafter serves)"));
+    }
+    if (!LayersInclude(sent_layers_, spec.layers)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "open.feature_layers ", sent, " lack layers this ", InfoOf(kind_).mode_name,
+          " drafter reads: it needs ", FeatureSpecString(spec),
+          " (DrafterInfo.feature_needs); capture those on the verifier"));
+    }
+    return absl::OkStatus();
+  }
+
   // A session that takes features must hold a row for every context token but the pending
   // bonus after each commit (common/tree/draft_context.h), each as wide as its kind needs; one
   // that takes none gets none.
@@ -315,10 +345,11 @@ class DrafterService::SessionReactor final
           absl::StrCat(what, ": features: a ", InfoOf(kind_).mode_name,
                        " session reads tokens only; send no features (feature_rows 0)"));
     }
-    if (!f.empty() && f.width != spec.width()) {
+    const int sent_width = static_cast<int>(sent_layers_.size()) * spec.hidden;
+    if (!f.empty() && f.width != sent_width) {
       return absl::InvalidArgumentError(absl::StrCat(
-          what, ": features rows are ", f.width, " values wide; this ", InfoOf(kind_).mode_name,
-          " drafter needs ", FeatureSpecString(spec), " = ", spec.width()));
+          what, ": features rows are ", f.width, " values wide; open.feature_layers [",
+          absl::StrJoin(sent_layers_, ", "), "] x hidden ", spec.hidden, " = ", sent_width));
     }
     feature_rows_ += f.rows;
     if (feature_rows_ != context_tokens_ - 1) {
@@ -484,6 +515,7 @@ class DrafterService::SessionReactor final
   DrafterKind kind_ = DrafterKind::kNgram;
   DrafterFactory* factory_ = nullptr;
   FeatureSpec feature_spec_;  // the features its sessions take (factory_->features())
+  std::vector<int> sent_layers_;  // the layers the commits' rows carry (open.feature_layers)
   SpecLimits limits_;
 
   // Touched only by the serial tasks (and OnDone after them).

@@ -128,9 +128,9 @@ class DrafterServiceTest : public ::testing::Test {
   std::unique_ptr<v1::Drafter::Stub> stub_;
 };
 
-// A drafter that takes target features (2 layers x hidden 2) and drafts one node saying what
-// it holds: its token is the number of feature rows received, its log-probability the first
-// value of the newest row.
+// A drafter that takes target features (layers 0 and 1 of a 4-layer target, hidden 2) and
+// drafts one node saying what it holds: its token is the number of feature rows received, its
+// log-probability the last value of the newest row.
 class FeatureCountingSession final : public DraftSession {
  public:
   absl::Status Append(const DraftContext& added) override {
@@ -142,7 +142,7 @@ class FeatureCountingSession final : public DraftSession {
     tree.tokens = {rows_.rows};
     tree.parents = {-1};
     tree.logprobs = {rows_.empty() ? 0.0f
-                                   : Bf16BitsToFloat(rows_.bf16[(rows_.rows - 1) * rows_.width])};
+                                   : Bf16BitsToFloat(rows_.bf16[rows_.rows * rows_.width - 1])};
     return tree;
   }
 
@@ -158,14 +158,14 @@ class FeatureCountingFactory final : public DrafterFactory {
   FeatureSpec features() const override { return {{0, 1}, 2, 4, kVocab}; }
 };
 
-// `rows` feature rows of width `width`, row r's values all r + 1.
+// `rows` feature rows of width `width`, row r column c holding r + 1 + c / 4.
 v1::DraftRequest WithFeatures(v1::DraftRequest commit, int rows, int width) {
   DraftContext c;
   c.tokens.assign(commit.commit().tokens().begin(), commit.commit().tokens().end());
   c.features.rows = rows;
   c.features.width = rows > 0 ? width : 0;
   for (int r = 0; r < rows; ++r) {
-    for (int i = 0; i < width; ++i) c.features.bf16.push_back(FloatToBf16Bits(r + 1.0f));
+    for (int i = 0; i < width; ++i) c.features.bf16.push_back(FloatToBf16Bits(r + 1.0f + i / 4.0f));
   }
   ToProto(c, commit.mutable_commit());
   return commit;
@@ -554,12 +554,18 @@ TEST_F(DrafterServiceTest, SilentVerifierSessionIsReapedAfterTheIdleTimeout) {
 namespace treespec {
 namespace {
 
-// Target features reach a session that takes them, row for row; a session refuses features
-// that are the wrong width, too few or too many for its context, or sent to a kind that reads
-// tokens only, naming the field.
+// Target features reach a session that takes them, row for row, cut to the layers it reads;
+// a session refuses features that are the wrong width, too few or too many for its context, or
+// sent to a kind that reads tokens only, and an open whose feature layers lack its own, naming
+// the field.
 TEST_F(DrafterServiceTest, FeaturesReachTheSessionThatTakesThemAndBadOnesAreRefused) {
   Start(false, DrafterKind::kNgram, absl::Seconds(60), std::make_unique<FeatureCountingFactory>());
   const std::vector<int32_t> prompt = {1, 2, 3, 4, 5};
+  auto open_with = [&](v1::SpeculationMode mode, const std::vector<int>& layers) {
+    v1::DraftRequest open = Open(prompt, mode);
+    open.mutable_open()->mutable_feature_layers()->Assign(layers.begin(), layers.end());
+    return open;
+  };
   {  // GetInfo states what the feature kind needs.
     grpc::ClientContext ctx;
     v1::DrafterInfo info;
@@ -568,32 +574,34 @@ TEST_F(DrafterServiceTest, FeaturesReachTheSessionThatTakesThemAndBadOnesAreRefu
     EXPECT_EQ(info.feature_needs(0).mode(), v1::SPECULATION_MODE_DFLASH);
     EXPECT_EQ(FromProto(info.feature_needs(0)), (FeatureSpec{{0, 1}, 2, 4, kVocab}));
   }
+  // The verifier sends layers 0, 1 and 3 (6 values a row); the session keeps 0 and 1, so the
+  // newest row's last value is its column 3 (r + 1 + 3/4), not column 5.
+  const v1::DraftRequest open = open_with(v1::SPECULATION_MODE_DFLASH, {0, 1, 3});
   {
     grpc::ClientContext ctx;
     std::unique_ptr<Stream> stream = stub_->Draft(&ctx);
-    ASSERT_TRUE(stream->Write(Open(prompt, v1::SPECULATION_MODE_DFLASH)));
+    ASSERT_TRUE(stream->Write(open));
     ReadOpened(stream.get());
     // Commit 0: the first bonus, with the prompt's 5 rows; then 3 tokens with 3 rows.
-    ASSERT_TRUE(stream->Write(WithFeatures(Commit(0, {9}), 5, 4)));
+    ASSERT_TRUE(stream->Write(WithFeatures(Commit(0, {9}), 5, 6)));
     v1::DraftResponse response;
     ASSERT_TRUE(stream->Read(&response));
     EXPECT_THAT(response.tree().tokens(), ElementsAre(5));
-    EXPECT_THAT(response.tree().logprobs(), ElementsAre(5.0f));
-    ASSERT_TRUE(stream->Write(WithFeatures(Commit(1, {10, 11, 12}), 3, 4)));
+    EXPECT_THAT(response.tree().logprobs(), ElementsAre(5.75f));
+    ASSERT_TRUE(stream->Write(WithFeatures(Commit(1, {10, 11, 12}), 3, 6)));
     ASSERT_TRUE(stream->Read(&response));
     EXPECT_THAT(response.tree().tokens(), ElementsAre(8));
-    EXPECT_THAT(response.tree().logprobs(), ElementsAre(3.0f));
+    EXPECT_THAT(response.tree().logprobs(), ElementsAre(3.75f));
     ASSERT_TRUE(stream->WritesDone());
     EXPECT_TRUE(stream->Finish().ok());
   }
-  const v1::DraftRequest open = Open(prompt, v1::SPECULATION_MODE_DFLASH);
-  v1::DraftRequest bad = WithFeatures(Commit(0, {9}), 5, 6);
+  v1::DraftRequest bad = WithFeatures(Commit(0, {9}), 5, 4);
   grpc::Status status = ExpectFailure(open, &bad);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(),
-              HasSubstr("commit step 0: features rows are 6 values wide; this DFLASH drafter "
-                        "needs layers [0, 1] x hidden 2 = 4"));
-  bad = WithFeatures(Commit(0, {9}), 4, 4);
+              HasSubstr("commit step 0: features rows are 4 values wide; open.feature_layers "
+                        "[0, 1, 3] x hidden 2 = 6"));
+  bad = WithFeatures(Commit(0, {9}), 4, 6);
   status = ExpectFailure(open, &bad);
   EXPECT_THAT(status.error_message(),
               HasSubstr("commit step 0: features: the session has 4 feature rows for 6 context "
@@ -601,17 +609,33 @@ TEST_F(DrafterServiceTest, FeaturesReachTheSessionThatTakesThemAndBadOnesAreRefu
   bad = Commit(0, {9});
   status = ExpectFailure(open, &bad);
   EXPECT_THAT(status.error_message(), HasSubstr("0 feature rows for 6 context tokens"));
-  bad = WithFeatures(Commit(0, {9}), 5, 4);
+  bad = WithFeatures(Commit(0, {9}), 5, 6);
   bad.mutable_commit()->mutable_features()->at(3) = static_cast<char>(0x7f);  // row 0 col 1: NaN
   bad.mutable_commit()->mutable_features()->at(2) = static_cast<char>(0xc0);
   status = ExpectFailure(open, &bad);
   EXPECT_THAT(status.error_message(),
               HasSubstr("commit step 0: features: row 0 column 1 is not finite (NaN)"));
-  bad = WithFeatures(Commit(0, {9}), 5, 4);
-  bad.mutable_commit()->set_feature_rows(3);
+  bad = WithFeatures(Commit(0, {9}), 5, 6);
+  bad.mutable_commit()->set_feature_rows(4);  // 60 bytes are not 4 rows of bf16
   status = ExpectFailure(open, &bad);
-  EXPECT_THAT(status.error_message(), HasSubstr("features has 40 bytes for feature_rows 3"));
-  // An n-gram session reads tokens only.
+  EXPECT_THAT(status.error_message(), HasSubstr("features has 60 bytes for feature_rows 4"));
+  // Feature layers that lack the drafter's own, or are not the target's layers in order.
+  status = ExpectFailure(open_with(v1::SPECULATION_MODE_DFLASH, {1, 3}));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("open.feature_layers [1, 3] lack layers this DFLASH drafter reads: it "
+                        "needs layers [0, 1] x hidden 2"));
+  status = ExpectFailure(open_with(v1::SPECULATION_MODE_DFLASH, {}));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  status = ExpectFailure(open_with(v1::SPECULATION_MODE_DFLASH, {0, 1, 4}));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("open.feature_layers [0, 1, 4] must be strictly ascending within [0, 4)"));
+  // An n-gram session reads tokens only: no feature layers at open, no features in commits.
+  status = ExpectFailure(open_with(v1::SPECULATION_MODE_NGRAM, {0}));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("open.feature_layers is [0] but a NGRAM session reads tokens only"));
   const v1::DraftRequest ngram = Open(prompt, v1::SPECULATION_MODE_NGRAM);
   bad = WithFeatures(Commit(0, {9}), 5, 4);
   status = ExpectFailure(ngram, &bad);

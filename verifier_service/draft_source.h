@@ -40,6 +40,9 @@ struct DraftOpenParams {
   std::vector<int32_t> prompt;
   SpecMode mode = SpecMode::Auto();
   SpecLimits limits;  // as resolved by the engine; a drafter serving less clamps them
+  // The target layers every commit's feature rows carry (DraftOpen.feature_layers); empty:
+  // the session is sent tokens only.
+  std::vector<int> feature_layers;
 };
 
 // What the drafters a source has heard from serve (each states it: Drafter.GetInfo and every
@@ -48,6 +51,8 @@ struct DrafterPoolInfo {
   int drafters = 0;                // drafters heard from lately; 0 = none (nothing is known)
   SpecLimits max;                  // each field the largest any of them serves
   std::vector<DrafterKind> kinds;  // the kinds some of them serve, sorted
+  // The kind AUTO gets, when every one of them states the same default; else nullopt.
+  std::optional<DrafterKind> default_kind;
   // The distinct feature needs their kinds state (drafters of one kind may differ).
   std::vector<std::pair<DrafterKind, FeatureSpec>> feature_needs;
 };

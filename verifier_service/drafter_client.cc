@@ -95,6 +95,7 @@ class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1
     o->set_tree_budget(params.limits.tree_budget);
     o->set_max_depth(params.limits.max_depth);
     o->set_top_k(params.limits.top_k);
+    o->mutable_feature_layers()->Add(params.feature_layers.begin(), params.feature_layers.end());
     stub->async()->Draft(&context_, this);
     pending_.push_back(std::move(open));
     writing_ = true;

@@ -14,6 +14,7 @@ bool DrafterDirectory::Heard(const DrafterDescription& drafter, absl::Time now) 
   const bool changed = known.drafter.spec.defaults != drafter.spec.defaults ||
                        known.drafter.spec.max != drafter.spec.max ||
                        known.drafter.kinds != drafter.kinds ||
+                       known.drafter.default_kind != drafter.default_kind ||
                        known.drafter.feature_needs != drafter.feature_needs;
   known = Entry{drafter, now};
   return changed;
@@ -21,9 +22,16 @@ bool DrafterDirectory::Heard(const DrafterDescription& drafter, absl::Time now) 
 
 DrafterPoolInfo DrafterDirectory::Pool(absl::Time now) const {
   DrafterPoolInfo pool;
+  bool defaults_agree = true;
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [id, entry] : drafters_) {
     if (now - entry.heard > ttl_) continue;
+    const std::optional<DrafterKind>& default_kind = entry.drafter.default_kind;
+    if (pool.drafters == 0) {
+      pool.default_kind = default_kind;
+    } else if (pool.default_kind != default_kind) {
+      defaults_agree = false;
+    }
     ++pool.drafters;
     pool.max = MaxSpecLimits(pool.max, entry.drafter.spec.max);
     pool.kinds.insert(pool.kinds.end(), entry.drafter.kinds.begin(), entry.drafter.kinds.end());
@@ -34,6 +42,7 @@ DrafterPoolInfo DrafterDirectory::Pool(absl::Time now) const {
       }
     }
   }
+  if (!defaults_agree) pool.default_kind.reset();
   std::sort(pool.kinds.begin(), pool.kinds.end());
   pool.kinds.erase(std::unique(pool.kinds.begin(), pool.kinds.end()), pool.kinds.end());
   return pool;

@@ -7,6 +7,7 @@
 #define TREESPEC_VERIFIER_SERVICE_DRAFTER_DIRECTORY_H_
 
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +25,7 @@ struct DrafterDescription {
   std::string id;                  // the drafter process; a restart is a new id
   SpecBounds spec;                 // its defaults and maxima
   std::vector<DrafterKind> kinds;  // kinds it serves, sorted
+  std::optional<DrafterKind> default_kind;  // what AUTO gets (DrafterInfo.default_mode)
   // What its kinds that read target features need (DrafterInfo.feature_needs).
   std::vector<std::pair<DrafterKind, FeatureSpec>> feature_needs;
 };

@@ -45,5 +45,29 @@ TEST(DrafterDirectoryTest, FeatureNeedsAreNewsAndThePoolKeepsEachDistinctOne) {
   EXPECT_EQ(pool.kinds, (std::vector<DrafterKind>{DrafterKind::kNgram, DrafterKind::kDflash}));
 }
 
+// AUTO resolves at the verifier only to a default every drafter heard from states.
+TEST(DrafterDirectoryTest, ThePoolHasADefaultKindOnlyWhenAllItsDraftersAgree) {
+  DrafterDirectory directory(absl::Seconds(60));
+  const absl::Time now = absl::Now();
+  v1::DrafterInfo a = Info("a", {1, 3});
+  a.set_default_mode(v1::SPECULATION_MODE_DFLASH);
+  EXPECT_EQ(FromProto(a).default_kind, DrafterKind::kDflash);
+  EXPECT_TRUE(directory.Heard(FromProto(a), now));
+  v1::DrafterInfo b = Info("b", {1, 3});
+  b.set_default_mode(v1::SPECULATION_MODE_DFLASH);
+  EXPECT_TRUE(directory.Heard(FromProto(b), now));
+  EXPECT_EQ(directory.Pool(now).default_kind, DrafterKind::kDflash);
+  b.set_default_mode(v1::SPECULATION_MODE_NGRAM);
+  EXPECT_TRUE(directory.Heard(FromProto(b), now));  // its default changed: news
+  EXPECT_EQ(directory.Pool(now).default_kind, std::nullopt);
+  b.set_default_mode(v1::SPECULATION_MODE_AUTO);  // not a kind: states no default
+  EXPECT_EQ(FromProto(b).default_kind, std::nullopt);
+  // Once b has left the pool (past the ttl), a's default is the pool's.
+  EXPECT_EQ(directory.Pool(now).drafters, 2);
+  EXPECT_FALSE(directory.Heard(FromProto(a), now + absl::Seconds(50)));  // heard again: no news
+  EXPECT_EQ(directory.Pool(now + absl::Seconds(61)).drafters, 1);
+  EXPECT_EQ(directory.Pool(now + absl::Seconds(61)).default_kind, DrafterKind::kDflash);
+}
+
 }  // namespace
 }  // namespace treespec

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/model/sampling.h"
 #include "common/util/log.h"
@@ -26,6 +27,9 @@ struct Engine::Active {
   int64_t step = 0;  // step of the last commit sent to the drafter
   absl::Time commit_sent;
   int timeouts = 0;                 // consecutive steps without a draft in time
+  // The target layers its commits carry features of (DraftOpenParams::feature_layers); empty:
+  // tokens only.
+  std::vector<int> feature_layers;
   std::optional<DraftedTree> tree;  // the draft for `step`, once taken
   SpecStats stats;
   absl::Time start;
@@ -420,6 +424,8 @@ void Engine::Admit() {
       open.prompt = a->request.prompt;
       open.mode = a->request.spec_mode;
       open.limits = a->request.spec;
+      open.feature_layers = FeatureLayersFor(open.mode);
+      a->feature_layers = open.feature_layers;
       a->draft = drafts_->Open(open, [this] {
         std::lock_guard<std::mutex> lock(mu_);
         ++draft_events_;
@@ -430,6 +436,43 @@ void Engine::Admit() {
     }
     running_.push_back(std::move(a));
   }
+}
+
+std::vector<int> Engine::FeatureLayersFor(SpecMode& mode) {
+  const DrafterPoolInfo pool = drafts_->PoolInfo();
+  std::optional<DrafterKind> kind = mode.kind();
+  if (mode == SpecMode::Auto()) kind = pool.default_kind;
+  if (!kind.has_value()) return {};
+  // Every layer some drafter of the kind trained for this target reads: the session lands on
+  // one of them, and each keeps its own layers of the rows.
+  const ModelConfig& c = model_->config();
+  std::vector<int> layers;
+  for (const auto& [needs_kind, needs] : pool.feature_needs) {
+    if (needs_kind != *kind ||
+        !CheckFeatureTarget(needs, c.hidden_size, c.num_layers, c.vocab_size, "").ok()) {
+      continue;
+    }
+    layers = LayersUnion(layers, needs.layers);
+  }
+  if (layers.empty()) return {};
+  if (!LayersInclude(model_->feature_layers(), layers)) {
+    // Grow-only: requests already running keep their layers, and a backend re-sizes its
+    // capture (the GPU re-captures its graphs) only when a new layer is first asked for.
+    const std::vector<int> captured = LayersUnion(model_->feature_layers(), layers);
+    if (absl::Status s = model_->SetFeatureLayers(captured); !s.ok()) {
+      // The session then opens without features, its drafter refuses it, and the request runs
+      // without speculation (fail open).
+      TS_LOG(kError, "capturing target layers [%s] for %s drafters failed: %s",
+             absl::StrJoin(captured, ", "), DrafterKindName(*kind), std::string(s.message()));
+      return {};
+    }
+    TS_LOG(kInfo, "capturing target layers [%s] for %s drafters", absl::StrJoin(captured, ", "),
+           DrafterKindName(*kind));
+  }
+  // AUTO is sent as the kind it resolved to, so a drafter whose default differs refuses the
+  // features rather than drafting from half a context.
+  mode = SpecMode::Of(*kind);
+  return layers;
 }
 
 std::vector<Engine::Active*> Engine::WaitForReady() {
@@ -542,6 +585,8 @@ absl::StatusOr<std::vector<StepResult>> Engine::RunBatch(const std::vector<Activ
   for (size_t b = 0; b < members.size(); ++b) {
     specs[b].sampling = members[b]->request.sampling;
     specs[b].prefill = !members[b]->prefilled;
+    specs[b].capture_features =
+        !members[b]->feature_layers.empty() && members[b]->draft != nullptr;
   }
   return model_->VerifyStep(batch, specs);
 }
@@ -606,7 +651,10 @@ void Engine::ApplyResult(Active& a, const SeqTree& t, StepResult result, const S
   a.sink->OnUpdate(std::move(update));
   if (a.draft != nullptr) {
     a.commit_sent = absl::Now();
-    a.draft->Commit(a.step, DraftContext{std::move(emitted), {}});
+    a.draft->Commit(a.step,
+                    DraftContext{std::move(emitted),
+                                 SelectLayers(std::move(result.features), model_->feature_layers(),
+                                              a.feature_layers, model_->config().hidden_size)});
   }
 }
 

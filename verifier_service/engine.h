@@ -105,6 +105,10 @@ class Engine {
 
   void Loop();
   void Admit();
+  // The target layers a session of `mode` is sent features of (empty: tokens only): those the
+  // pool's drafters of its kind (AUTO: the pool's default kind) read, when trained for this
+  // target; the model is made to capture them. An AUTO that resolves to such a kind becomes it.
+  std::vector<int> FeatureLayersFor(SpecMode& mode);
   // Whether a step should wait (up to the deadline) for this request's draft.
   bool WaitsForDraft(const Active& a) const;
   // KV pages the front of the queue needs if it can be admitted now, else 0. Needs mu_.

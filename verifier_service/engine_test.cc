@@ -3,11 +3,14 @@
 // cache, and bad or missing drafts fail open.
 #include "verifier_service/engine.h"
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
 #include <memory>
 #include <random>
 
 #include "common/model/causal_lm.h"
+#include "common/model/dtype.h"
 #include "drafter_service/draft_model_drafter.h"
 #include "drafter_service/ngram_drafter.h"
 #include "gmock/gmock.h"
@@ -539,16 +542,19 @@ class StatedPoolSource final : public DraftSource {
   std::unique_ptr<DraftStream> Open(const DraftOpenParams& params,
                                     std::function<void()> on_arrival) override {
     opened_.push_back(params.limits);
+    open_params_.push_back(params);
     return local_.Open(params, std::move(on_arrival));
   }
   std::string target() const override { return "stated"; }
   DrafterPoolInfo PoolInfo() const override { return pool_; }
   const std::vector<SpecLimits>& opened() const { return opened_; }
+  const std::vector<DraftOpenParams>& open_params() const { return open_params_; }
 
  private:
   LocalDraftSource local_;
   DrafterPoolInfo pool_;
   std::vector<SpecLimits> opened_;
+  std::vector<DraftOpenParams> open_params_;
 };
 
 // The verifier takes its maxima from what its drafters state: a request above them is refused
@@ -628,6 +634,134 @@ TEST_F(EngineTest, AFeatureDrafterForAnotherTargetIsRefused) {
       std::string(CheckFeatureTarget(bad_layers, c.hidden_size, c.num_layers, c.vocab_size, "it")
                       .message()),
       ::testing::HasSubstr("not strictly ascending within the target's"));
+}
+
+// A session that drafts with `inner` and keeps everything its context was given.
+class RecordingSession final : public DraftSession {
+ public:
+  RecordingSession(std::unique_ptr<DraftSession> inner, DraftContext* log)
+      : inner_(std::move(inner)), log_(log) {}
+  absl::Status Append(const DraftContext& added) override {
+    log_->tokens.insert(log_->tokens.end(), added.tokens.begin(), added.tokens.end());
+    log_->features.Append(added.features);
+    return inner_->Append(added);
+  }
+  absl::StatusOr<DraftedTree> Draft(const SpecLimits& limits) override {
+    return inner_->Draft(limits);
+  }
+
+ private:
+  std::unique_ptr<DraftSession> inner_;
+  DraftContext* log_;
+};
+
+// `inner`'s drafter, stated as one that reads `needs`; its sessions record into log().
+class RecordingFactory final : public DrafterFactory {
+ public:
+  RecordingFactory(DrafterFactory* inner, FeatureSpec needs) : inner_(inner), needs_(needs) {}
+  absl::StatusOr<std::unique_ptr<DraftSession>> NewSession() override {
+    absl::StatusOr<std::unique_ptr<DraftSession>> session = inner_->NewSession();
+    if (!session.ok()) return session.status();
+    log_ = DraftContext();
+    return std::make_unique<RecordingSession>(*std::move(session), &log_);
+  }
+  FeatureSpec features() const override { return needs_; }
+  const DraftContext& log() const { return log_; }
+
+ private:
+  DrafterFactory* inner_;
+  FeatureSpec needs_;
+  DraftContext log_;
+};
+
+// A session of a kind that reads target features is opened with the layers its pool's drafters
+// read (AUTO resolving to that kind when it is the pool's default) and sent, commit by commit,
+// the features of every context token but the pending bonus: the prompt's rows after prefill,
+// then the rows of each step's accepted path. Together they equal a plain forward's captured
+// layers of the whole context, and the output equals speculation off. A kind that reads tokens
+// only is sent none.
+TEST_F(EngineTest, AFeatureDrafterIsSentTheFeaturesOfEveryContextToken) {
+  const ModelConfig& c = target_->config();
+  LmOptions lm;
+  lm.max_batch = 4;
+  auto self = LoadCpuCausalLm(*target_dir_, lm);  // drafting with the target: long accepts
+  ASSERT_TRUE(self.ok()) << self.status();
+  DraftModelOptions options;
+  options.shape = DraftShape::kChain;
+  DraftModelDrafterFactory draft_model(*std::move(self), options);
+  const FeatureSpec reads_0{{0}, c.hidden_size, c.num_layers, c.vocab_size};
+  FeatureSpec reads_1 = reads_0;
+  reads_1.layers = {1};
+  RecordingFactory recording(&draft_model, reads_1);
+  DrafterPoolInfo pool{1, SpecLimits{16, 8, 16}, {DrafterKind::kDraftModel, DrafterKind::kDflash}};
+  pool.default_kind = DrafterKind::kDflash;
+  // Drafters of the kind that read other layers, or serve another target, add theirs / none.
+  FeatureSpec other_target = reads_0;
+  other_target.hidden *= 2;
+  pool.feature_needs = {{DrafterKind::kDflash, reads_0},
+                        {DrafterKind::kDflash, reads_1},
+                        {DrafterKind::kDflash, other_target}};
+  StatedPoolSource drafts(&recording, pool);
+  Engine engine(target_.get(), nullptr, &drafts, EngineOptions());
+
+  for (float temperature : {0.0f, 0.8f}) {
+    GenerationRequest r = Request(Prompt(5), SpecMode::Auto(), 40);
+    r.sampling.temperature = temperature;
+    r.sampling.seed = 11;
+    r.spec.tree_budget = 6;
+    r.spec.max_depth = 6;
+    const std::vector<int32_t> plain = Plain(r);
+    GenerationUpdate out = RunToEnd(engine, r);
+    ASSERT_TRUE(out.status.ok()) << out.status;
+    EXPECT_THAT(out.token_ids, ElementsAreArray(plain)) << "temperature " << temperature;
+    if (temperature == 0.0f) EXPECT_GT(out.stats.MeanAcceptanceLength(), 2.0);
+    ASSERT_FALSE(drafts.open_params().empty());
+    const DraftOpenParams& opened = drafts.open_params().back();
+    EXPECT_EQ(opened.mode, SpecMode::Of(DrafterKind::kDflash));
+    EXPECT_THAT(opened.feature_layers, ElementsAreArray({0, 1}));
+    EXPECT_THAT(target_->feature_layers(), ElementsAreArray({0, 1}));
+
+    // The context the session was given: the prompt, then every commit's tokens; a row for
+    // each token but the last.
+    const DraftContext& got = recording.log();
+    const int tokens = static_cast<int>(got.tokens.size());
+    ASSERT_GT(tokens, static_cast<int>(r.prompt.size()) + 8);
+    ASSERT_EQ(got.features.rows, tokens - 1);
+    ASSERT_EQ(got.features.width, 2 * c.hidden_size);
+    // The reference: a plain prefill of those tokens capturing the same layers.
+    auto reference_model = LoadCpuCausalLm(*target_dir_, lm);
+    ASSERT_TRUE(reference_model.ok()) << reference_model.status();
+    CausalLm& ref = **reference_model;
+    ASSERT_TRUE(ref.SetFeatureLayers({0, 1}).ok());
+    SeqTree chain;
+    chain.seq = ref.CreateSequence();
+    chain.tokens.assign(got.tokens.begin(), got.tokens.end() - 1);
+    for (int i = 0; i < tokens - 1; ++i) chain.parents.push_back(i - 1);
+    StepSpec spec;
+    spec.prefill = true;
+    spec.capture_features = true;
+    auto step = ref.VerifyStep({chain}, {spec});
+    ASSERT_TRUE(step.ok()) << step.status();
+    const TargetFeatures& want = (*step)[0].features;
+    ASSERT_EQ(want.rows, got.features.rows);
+    const int width = want.width;
+    for (int row = 0; row < want.rows; ++row) {
+      float scale = 0, worst = 0;
+      for (int i = 0; i < width; ++i) {
+        const float w = Bf16BitsToFloat(want.bf16[row * width + i]);
+        const float g = Bf16BitsToFloat(got.features.bf16[row * width + i]);
+        scale = std::max(scale, std::abs(w));
+        worst = std::max(worst, std::abs(w - g));
+      }
+      ASSERT_LE(worst, 0.02f * scale) << "row " << row << " of " << want.rows;
+    }
+  }
+
+  // A kind that reads tokens only is sent none.
+  GenerationRequest tokens_only = Request(Prompt(6), SpecMode::Of(DrafterKind::kDraftModel), 8);
+  ASSERT_TRUE(RunToEnd(engine, tokens_only).status.ok());
+  EXPECT_EQ(drafts.open_params().back().mode, SpecMode::Of(DrafterKind::kDraftModel));
+  EXPECT_TRUE(drafts.open_params().back().feature_layers.empty());
 }
 
 // --max_new_tokens_limit caps what a request may ask for below the context: one token more is

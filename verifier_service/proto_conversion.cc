@@ -159,6 +159,7 @@ DrafterDescription FromProto(const v1::DrafterInfo& proto) {
   }
   std::sort(d.kinds.begin(), d.kinds.end());
   d.kinds.erase(std::unique(d.kinds.begin(), d.kinds.end()), d.kinds.end());
+  d.default_kind = DrafterKindFromProto(proto.default_mode());
   for (const v1::FeatureNeeds& needs : proto.feature_needs()) {
     if (const std::optional<DrafterKind> kind = DrafterKindFromProto(needs.mode())) {
       d.feature_needs.emplace_back(*kind, FromProto(needs));

@@ -1,6 +1,7 @@
 #include "common/tree/draft_context.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -24,6 +25,41 @@ TargetFeatures SelectRows(const uint16_t* all, int width, size_t first_row,
     std::copy_n(all + (first_row + path[i]) * width, width,
                 out.bf16.data() + static_cast<size_t>(i) * width);
   }
+  return out;
+}
+
+TargetFeatures SelectLayers(TargetFeatures rows, absl::Span<const int> have,
+                            absl::Span<const int> want, int hidden) {
+  if (std::equal(have.begin(), have.end(), want.begin(), want.end()) || rows.empty()) {
+    return rows;
+  }
+  // Where each kept layer's block starts in a captured row.
+  std::vector<size_t> from;
+  from.reserve(want.size());
+  for (int layer : want) {
+    from.push_back(static_cast<size_t>(std::lower_bound(have.begin(), have.end(), layer) -
+                                       have.begin()) *
+                   hidden);
+  }
+  TargetFeatures out;
+  out.rows = rows.rows;
+  out.width = static_cast<int>(want.size()) * hidden;
+  out.bf16.resize(static_cast<size_t>(out.rows) * out.width);
+  for (int r = 0; r < out.rows; ++r) {
+    const uint16_t* in = rows.bf16.data() + static_cast<size_t>(r) * rows.width;
+    uint16_t* to = out.bf16.data() + static_cast<size_t>(r) * out.width;
+    for (size_t j = 0; j < from.size(); ++j) std::copy_n(in + from[j], hidden, to + j * hidden);
+  }
+  return out;
+}
+
+bool LayersInclude(absl::Span<const int> have, absl::Span<const int> want) {
+  return std::includes(have.begin(), have.end(), want.begin(), want.end());
+}
+
+std::vector<int> LayersUnion(absl::Span<const int> a, absl::Span<const int> b) {
+  std::vector<int> out;
+  std::set_union(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(out));
   return out;
 }
 

@@ -37,6 +37,16 @@ struct TargetFeatures {
 TargetFeatures SelectRows(const uint16_t* all, int width, size_t first_row,
                           absl::Span<const int> path);
 
+// The blocks of layers `want` of rows that carry layers `have` (both strictly ascending, `want`
+// a subset of `have`; rows are layer-major, `hidden` values per layer): what a consumer that
+// reads fewer layers than were captured keeps. `rows` itself when the two lists are equal.
+TargetFeatures SelectLayers(TargetFeatures rows, absl::Span<const int> have,
+                            absl::Span<const int> want, int hidden);
+// True when every layer of `want` is in `have` (both ascending).
+bool LayersInclude(absl::Span<const int> have, absl::Span<const int> want);
+// The sorted union of two ascending layer lists.
+std::vector<int> LayersUnion(absl::Span<const int> a, absl::Span<const int> b);
+
 // True when `layers` are strictly ascending within [0, num_layers).
 bool LayersAscendingWithin(absl::Span<const int> layers, int num_layers);
 
