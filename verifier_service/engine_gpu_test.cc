@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_causal_lm.h"
 #include "common/model/causal_lm.h"
+#include "common/model/cpu_test_util.h"
 #include "common/tokenizer/tokenizer.h"
 #include "drafter_service/draft_model_drafter.h"
 #include "gtest/gtest.h"
@@ -122,6 +123,64 @@ void CheckSpeculativeGreedyEqualsTargetOnly(int tp) {
 TEST(EngineGpuTest, SpeculativeGreedyEqualsTargetOnly) {
   if (!gpu::CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device: GPU test skipped";
   CheckSpeculativeGreedyEqualsTargetOnly(1);
+}
+
+// A session of a kind that reads target features is sent, commit by commit, the GPU verify
+// step's captured layers of every context token but the pending bonus; together they match the
+// CPU backend's capture of the same tokens within bf16 error (cuda_causal_lm_test's bound).
+TEST(EngineGpuTest, AFeatureDrafterGetsTheFeaturesOfEveryContextToken) {
+  if (!gpu::CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device: GPU test skipped";
+  LmOptions lm;
+  lm.max_batch = 8;
+  auto target = gpu::LoadCudaCausalLm(Path("models/tiny-target"), lm);
+  ASSERT_TRUE(target.ok()) << target.status();
+  auto draft = gpu::LoadCudaCausalLm(Path("models/tiny-draft"), lm);
+  ASSERT_TRUE(draft.ok()) << draft.status();
+  auto cpu = LoadCpuCausalLm(Path("models/tiny-target"), lm);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  auto tokenizer = LoadTokenizer(Path("models/tiny-target/tokenizer.json"));
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  const ModelConfig& c = (*target)->config();
+  const FeatureSpec needs{{1, 3, 5}, c.hidden_size, c.num_layers, c.vocab_size};
+  DraftModelOptions draft_options;
+  draft_options.shape = DraftShape::kTree;
+  DraftModelDrafterFactory draft_model(*std::move(draft), draft_options);
+  testing::RecordingFactory recording(&draft_model, needs);
+  DrafterPoolInfo pool{1, SpecLimits{16, 8, 16}, {DrafterKind::kDflash}};
+  pool.feature_needs = {{DrafterKind::kDflash, needs}};
+  testing::StatedPoolSource drafts(&recording, pool);
+  Engine engine(target->get(), nullptr, &drafts, EngineOptions());
+  ASSERT_TRUE((*cpu)->SetFeatureLayers(needs.layers).ok());
+  for (const std::vector<int32_t>& prompt : HeldOutPrompts(**tokenizer, 3)) {
+    GenerationRequest r;
+    r.id = "features";
+    r.prompt = prompt;
+    r.max_new_tokens = 48;
+    r.ignore_eos = true;
+    r.spec_mode = SpecMode::Of(DrafterKind::kDflash);
+    const GenerationUpdate out = testing::RunToEnd(engine, r);
+    ASSERT_TRUE(out.status.ok()) << out.status;
+    EXPECT_GT(out.stats.MeanAcceptanceLength(), 1.5);
+    const DraftContext& got = recording.log();
+    const int tokens = static_cast<int>(got.tokens.size());
+    ASSERT_EQ(tokens, static_cast<int>(prompt.size()) + out.completion_tokens);
+    ASSERT_EQ(got.features.rows, tokens - 1);
+    SeqTree chain;
+    chain.seq = (*cpu)->CreateSequence();
+    chain.tokens.assign(got.tokens.begin(), got.tokens.end() - 1);
+    for (int i = 0; i + 1 < tokens; ++i) chain.parents.push_back(i - 1);
+    StepSpec spec;
+    spec.prefill = true;
+    spec.capture_features = true;
+    auto want = (*cpu)->VerifyStep({chain}, {spec});
+    ASSERT_TRUE(want.ok()) << want.status();
+    (*cpu)->FreeSequence(chain.seq);
+    const double worst =
+        testing::WorstFeatureError(got.features, (*want)[0].features, c.hidden_size);
+    std::cerr << "features through the engine: " << got.features.rows << " rows, worst error "
+              << worst << " of the layer's scale\n";
+    EXPECT_LT(worst, 0.05);
+  }
 }
 
 TEST(EngineGpuTest, TensorParallelTargetSpeculativeGreedyEqualsTargetOnly) {

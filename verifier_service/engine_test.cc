@@ -3,14 +3,12 @@
 // cache, and bad or missing drafts fail open.
 #include "verifier_service/engine.h"
 
-#include <algorithm>
-#include <cmath>
 #include <limits>
 #include <memory>
 #include <random>
 
 #include "common/model/causal_lm.h"
-#include "common/model/dtype.h"
+#include "common/model/cpu_test_util.h"
 #include "drafter_service/draft_model_drafter.h"
 #include "drafter_service/ngram_drafter.h"
 #include "gmock/gmock.h"
@@ -25,7 +23,9 @@ using ::testing::ElementsAreArray;
 using testing::LocalDraftSource;
 using testing::RecordingSink;
 using testing::RunToEnd;
+using testing::RecordingFactory;
 using testing::ScriptedDraftSource;
+using testing::StatedPoolSource;
 
 class EngineTest : public ::testing::Test {
  protected:
@@ -533,30 +533,6 @@ TEST_F(EngineTest, ValidationNamesTheField) {
   check(r, absl::StatusCode::kInvalidArgument, "16 stop_strings");
 }
 
-// A local drafter behind a pool that has stated `pool`, as GrpcDraftSource learns it from its
-// drafters' GetInfo answers and DraftOpened messages.
-class StatedPoolSource final : public DraftSource {
- public:
-  StatedPoolSource(DrafterFactory* factory, DrafterPoolInfo pool)
-      : local_(factory), pool_(std::move(pool)) {}
-  std::unique_ptr<DraftStream> Open(const DraftOpenParams& params,
-                                    std::function<void()> on_arrival) override {
-    opened_.push_back(params.limits);
-    open_params_.push_back(params);
-    return local_.Open(params, std::move(on_arrival));
-  }
-  std::string target() const override { return "stated"; }
-  DrafterPoolInfo PoolInfo() const override { return pool_; }
-  const std::vector<SpecLimits>& opened() const { return opened_; }
-  const std::vector<DraftOpenParams>& open_params() const { return open_params_; }
-
- private:
-  LocalDraftSource local_;
-  DrafterPoolInfo pool_;
-  std::vector<SpecLimits> opened_;
-  std::vector<DraftOpenParams> open_params_;
-};
-
 // The verifier takes its maxima from what its drafters state: a request above them is refused
 // naming the drafters' flag (never run without speculation), a default above them is lowered
 // to them, and a kind no drafter serves is refused.
@@ -594,7 +570,7 @@ TEST_F(EngineTest, SpeculationLimitsFollowWhatTheDraftersServe) {
   ASSERT_TRUE(out.status.ok()) << out.status;
   EXPECT_THAT(out.token_ids, ElementsAreArray(plain));
   ASSERT_EQ(drafts.opened().size(), 1u);
-  EXPECT_EQ(drafts.opened()[0], (SpecLimits{8, 8, 0}));  // the default 16 lowered to 8
+  EXPECT_EQ(drafts.opened()[0].limits, (SpecLimits{8, 8, 0}));  // the default 16 lowered to 8
   EXPECT_GT(out.stats.drafted_tokens, 0);
 }
 
@@ -635,44 +611,6 @@ TEST_F(EngineTest, AFeatureDrafterForAnotherTargetIsRefused) {
                       .message()),
       ::testing::HasSubstr("not strictly ascending within the target's"));
 }
-
-// A session that drafts with `inner` and keeps everything its context was given.
-class RecordingSession final : public DraftSession {
- public:
-  RecordingSession(std::unique_ptr<DraftSession> inner, DraftContext* log)
-      : inner_(std::move(inner)), log_(log) {}
-  absl::Status Append(const DraftContext& added) override {
-    log_->tokens.insert(log_->tokens.end(), added.tokens.begin(), added.tokens.end());
-    log_->features.Append(added.features);
-    return inner_->Append(added);
-  }
-  absl::StatusOr<DraftedTree> Draft(const SpecLimits& limits) override {
-    return inner_->Draft(limits);
-  }
-
- private:
-  std::unique_ptr<DraftSession> inner_;
-  DraftContext* log_;
-};
-
-// `inner`'s drafter, stated as one that reads `needs`; its sessions record into log().
-class RecordingFactory final : public DrafterFactory {
- public:
-  RecordingFactory(DrafterFactory* inner, FeatureSpec needs) : inner_(inner), needs_(needs) {}
-  absl::StatusOr<std::unique_ptr<DraftSession>> NewSession() override {
-    absl::StatusOr<std::unique_ptr<DraftSession>> session = inner_->NewSession();
-    if (!session.ok()) return session.status();
-    log_ = DraftContext();
-    return std::make_unique<RecordingSession>(*std::move(session), &log_);
-  }
-  FeatureSpec features() const override { return needs_; }
-  const DraftContext& log() const { return log_; }
-
- private:
-  DrafterFactory* inner_;
-  FeatureSpec needs_;
-  DraftContext log_;
-};
 
 // A session of a kind that reads target features is opened with the layers its pool's drafters
 // read (AUTO resolving to that kind when it is the pool's default) and sent, commit by commit,
@@ -715,8 +653,8 @@ TEST_F(EngineTest, AFeatureDrafterIsSentTheFeaturesOfEveryContextToken) {
     ASSERT_TRUE(out.status.ok()) << out.status;
     EXPECT_THAT(out.token_ids, ElementsAreArray(plain)) << "temperature " << temperature;
     if (temperature == 0.0f) EXPECT_GT(out.stats.MeanAcceptanceLength(), 2.0);
-    ASSERT_FALSE(drafts.open_params().empty());
-    const DraftOpenParams& opened = drafts.open_params().back();
+    ASSERT_FALSE(drafts.opened().empty());
+    const DraftOpenParams& opened = drafts.opened().back();
     EXPECT_EQ(opened.mode, SpecMode::Of(DrafterKind::kDflash));
     EXPECT_THAT(opened.feature_layers, ElementsAreArray({0, 1}));
     EXPECT_THAT(target_->feature_layers(), ElementsAreArray({0, 1}));
@@ -742,26 +680,15 @@ TEST_F(EngineTest, AFeatureDrafterIsSentTheFeaturesOfEveryContextToken) {
     spec.capture_features = true;
     auto step = ref.VerifyStep({chain}, {spec});
     ASSERT_TRUE(step.ok()) << step.status();
-    const TargetFeatures& want = (*step)[0].features;
-    ASSERT_EQ(want.rows, got.features.rows);
-    const int width = want.width;
-    for (int row = 0; row < want.rows; ++row) {
-      float scale = 0, worst = 0;
-      for (int i = 0; i < width; ++i) {
-        const float w = Bf16BitsToFloat(want.bf16[row * width + i]);
-        const float g = Bf16BitsToFloat(got.features.bf16[row * width + i]);
-        scale = std::max(scale, std::abs(w));
-        worst = std::max(worst, std::abs(w - g));
-      }
-      ASSERT_LE(worst, 0.02f * scale) << "row " << row << " of " << want.rows;
-    }
+    EXPECT_LE(testing::WorstFeatureError(got.features, (*step)[0].features, c.hidden_size),
+              0.02);
   }
 
   // A kind that reads tokens only is sent none.
   GenerationRequest tokens_only = Request(Prompt(6), SpecMode::Of(DrafterKind::kDraftModel), 8);
   ASSERT_TRUE(RunToEnd(engine, tokens_only).status.ok());
-  EXPECT_EQ(drafts.open_params().back().mode, SpecMode::Of(DrafterKind::kDraftModel));
-  EXPECT_TRUE(drafts.open_params().back().feature_layers.empty());
+  EXPECT_EQ(drafts.opened().back().mode, SpecMode::Of(DrafterKind::kDraftModel));
+  EXPECT_TRUE(drafts.opened().back().feature_layers.empty());
 }
 
 // --max_new_tokens_limit caps what a request may ask for below the context: one token more is

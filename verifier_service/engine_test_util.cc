@@ -176,7 +176,39 @@ class DelayedDraftStream final : public DraftStream {
   std::vector<std::thread> threads_;
 };
 
+// Drafts with `inner`, keeping everything its context is given in *log.
+class RecordingSession final : public DraftSession {
+ public:
+  RecordingSession(std::unique_ptr<DraftSession> inner, DraftContext* log)
+      : inner_(std::move(inner)), log_(log) {}
+  absl::Status Append(const DraftContext& added) override {
+    log_->tokens.insert(log_->tokens.end(), added.tokens.begin(), added.tokens.end());
+    log_->features.Append(added.features);
+    return inner_->Append(added);
+  }
+  absl::StatusOr<DraftedTree> Draft(const SpecLimits& limits) override {
+    return inner_->Draft(limits);
+  }
+
+ private:
+  std::unique_ptr<DraftSession> inner_;
+  DraftContext* log_;
+};
+
 }  // namespace
+
+std::unique_ptr<DraftStream> StatedPoolSource::Open(const DraftOpenParams& params,
+                                                    std::function<void()> on_arrival) {
+  opened_.push_back(params);
+  return local_.Open(params, std::move(on_arrival));
+}
+
+absl::StatusOr<std::unique_ptr<DraftSession>> RecordingFactory::NewSession() {
+  absl::StatusOr<std::unique_ptr<DraftSession>> session = inner_->NewSession();
+  if (!session.ok()) return session.status();
+  log_ = DraftContext();
+  return std::make_unique<RecordingSession>(*std::move(session), &log_);
+}
 
 std::unique_ptr<DraftStream> DelayedDraftSource::Open(const DraftOpenParams& params,
                                                       std::function<void()> on_arrival) {

@@ -85,6 +85,40 @@ class DelayedDraftSource final : public DraftSource {
   DelayFn delay_;
 };
 
+// A local drafter behind a pool that has stated `pool`, as GrpcDraftSource learns it from its
+// drafters' GetInfo answers and DraftOpened messages; keeps what each session was opened with.
+class StatedPoolSource final : public DraftSource {
+ public:
+  StatedPoolSource(DrafterFactory* factory, DrafterPoolInfo pool)
+      : local_(factory), pool_(std::move(pool)) {}
+  std::unique_ptr<DraftStream> Open(const DraftOpenParams& params,
+                                    std::function<void()> on_arrival) override;
+  std::string target() const override { return "stated"; }
+  DrafterPoolInfo PoolInfo() const override { return pool_; }
+  const std::vector<DraftOpenParams>& opened() const { return opened_; }
+
+ private:
+  LocalDraftSource local_;
+  DrafterPoolInfo pool_;
+  std::vector<DraftOpenParams> opened_;
+};
+
+// `inner`'s drafter, stated as one that reads `needs`; log() is everything its newest session's
+// context was given (the prompt, then every commit's tokens and features).
+class RecordingFactory final : public DrafterFactory {
+ public:
+  RecordingFactory(DrafterFactory* inner, FeatureSpec needs)
+      : inner_(inner), needs_(std::move(needs)) {}
+  absl::StatusOr<std::unique_ptr<DraftSession>> NewSession() override;
+  FeatureSpec features() const override { return needs_; }
+  const DraftContext& log() const { return log_; }
+
+ private:
+  DrafterFactory* inner_;
+  FeatureSpec needs_;
+  DraftContext log_;
+};
+
 // Runs one request through `engine` and returns the final update (ids in token_ids).
 GenerationUpdate RunToEnd(Engine& engine, GenerationRequest request);
 

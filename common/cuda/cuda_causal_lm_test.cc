@@ -362,21 +362,8 @@ TEST(CudaCausalLmTest, CapturedFeaturesMatchCpu) {
   const TargetFeatures& cpu_rows = (*cpu)[0].features;
   ASSERT_EQ(gpu_rows.rows, cpu_rows.rows);
   ASSERT_EQ(gpu_rows.width, cpu_rows.width);
-  const int hidden = config.hidden_size;
-  double worst = 0;
-  for (int row = 0; row < cpu_rows.rows; ++row) {
-    for (size_t l = 0; l < layers.size(); ++l) {  // per layer: its own scale
-      double err = 0, scale = 0;
-      for (int c = 0; c < hidden; ++c) {
-        const size_t at = static_cast<size_t>(row) * cpu_rows.width + l * hidden + c;
-        const double want = Bf16BitsToFloat(cpu_rows.bf16[at]);
-        err = std::max(err, std::abs(Bf16BitsToFloat(gpu_rows.bf16[at]) - want));
-        scale = std::max(scale, std::abs(want));
-      }
-      worst = std::max(worst, err / scale);
-      EXPECT_LT(err / scale, 0.05) << "row " << row << " layer " << layers[l];
-    }
-  }
+  const double worst = testing::WorstFeatureError(gpu_rows, cpu_rows, config.hidden_size);
+  EXPECT_LT(worst, 0.05);
   std::cerr << "captured features: " << cpu_rows.rows << " rows, worst error " << worst
             << " of the row's scale\n";
 }

@@ -3,6 +3,7 @@
 #ifndef TREESPEC_COMMON_MODEL_CPU_TEST_UTIL_H_
 #define TREESPEC_COMMON_MODEL_CPU_TEST_UTIL_H_
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -12,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "common/model/causal_lm.h"
 #include "common/model/config.h"
+#include "common/model/dtype.h"
 #include "common/model/weights.h"
 
 namespace treespec::testing {
@@ -99,6 +101,26 @@ inline SeqTree RandomTree(SeqId seq, int committed, int n, int vocab, std::mt199
     t.parents.push_back(i == 0 ? -1 : static_cast<int32_t>(rng() % i));
   }
   return t;
+}
+
+// The worst error of `got` against `want` (same shape), per row and captured layer relative to
+// that layer's largest |value| in the row: feature rows compare by scale, as logits do.
+inline double WorstFeatureError(const TargetFeatures& got, const TargetFeatures& want, int hidden) {
+  if (got.rows != want.rows || got.width != want.width) return INFINITY;
+  double worst = 0;
+  for (int row = 0; row < want.rows; ++row) {
+    for (int at = 0; at < want.width; at += hidden) {
+      double err = 0, scale = 0;
+      for (int c = 0; c < hidden; ++c) {
+        const size_t i = static_cast<size_t>(row) * want.width + at + c;
+        const double w = Bf16BitsToFloat(want.bf16[i]);
+        err = std::max(err, std::abs(Bf16BitsToFloat(got.bf16[i]) - w));
+        scale = std::max(scale, std::abs(w));
+      }
+      worst = std::max(worst, scale > 0 ? err / scale : err);
+    }
+  }
+  return worst;
 }
 
 }  // namespace treespec::testing
