@@ -221,6 +221,7 @@ class DrafterService::SessionReactor final
       case v1::DraftRequest::kCommit: {
         if (!opened_) return absl::InvalidArgumentError("first message must be open");
         const v1::DraftCommit& commit = request_.commit();
+        if (commit.more()) return AcceptCommitPartLocked(commit);
         if (commit.tokens().empty()) {
           return absl::InvalidArgumentError(
               absl::StrCat("commit step ", commit.step(),
@@ -232,6 +233,11 @@ class DrafterService::SessionReactor final
         if (!status.ok()) return status;
         absl::StatusOr<DraftContext> added = DraftContextFromProto(commit, what);
         if (!added.ok()) return added.status();
+        if (!parts_.empty()) {  // the rows of its earlier parts come first
+          if (parts_step_ != commit.step()) return PartStepMismatch(commit.step());
+          parts_.Append(added->features);
+          added->features = std::exchange(parts_, TargetFeatures());
+        }
         if (status = CheckFeatureRowsLocked(*added, what); !status.ok()) return status;
         added->features = SelectLayers(std::move(added->features), sent_layers_,
                                        feature_spec_.layers, feature_spec_.hidden);
@@ -243,6 +249,40 @@ class DrafterService::SessionReactor final
     }
     if (!opened_) return absl::InvalidArgumentError("first message must be open");
     return absl::InvalidArgumentError("request carries neither open nor commit");
+  }
+
+  // A part of a commit that carries feature rows only (DraftCommit.more): kept until the
+  // commit's last part, which is checked with them.
+  absl::Status AcceptCommitPartLocked(const v1::DraftCommit& part) {
+    const std::string what = absl::StrCat("commit step ", part.step(), " (a part with `more`)");
+    if (!part.tokens().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " carries ", part.tokens_size(),
+          " tokens; a part with `more` carries feature rows only, the commit's last part the "
+          "tokens"));
+    }
+    if (!parts_.empty() && parts_step_ != part.step()) return PartStepMismatch(part.step());
+    absl::StatusOr<DraftContext> rows = DraftContextFromProto(part, what);
+    if (!rows.ok()) return rows.status();
+    const TargetFeatures& f = rows->features;
+    if (absl::Status s = CheckFeatureWidthLocked(f, what); !s.ok()) return s;
+    // Held rows stay bounded by the context: before the tokens come, a session can hold at
+    // most a row per context token (the last part's tokens add the rest).
+    if (feature_rows_ + parts_.rows + f.rows > context_tokens_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": ", feature_rows_ + parts_.rows + f.rows,
+          " feature rows before the commit's tokens, for a context of ", context_tokens_,
+          " tokens; send at most one row per context token"));
+    }
+    parts_step_ = part.step();
+    parts_.Append(f);
+    return absl::OkStatus();
+  }
+
+  absl::Status PartStepMismatch(int64_t step) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat("commit step ", step, " follows parts of commit step ", parts_step_,
+                     "; a commit's parts are sent together, its last part without `more`"));
   }
 
   absl::Status AcceptOpenLocked(const v1::DraftOpen& open) {
@@ -332,13 +372,9 @@ class DrafterService::SessionReactor final
     return absl::OkStatus();
   }
 
-  // A session that takes features must hold a row for every context token but the pending
-  // bonus after each commit (common/tree/draft_context.h), each as wide as its kind needs; one
-  // that takes none gets none.
-  absl::Status CheckFeatureRowsLocked(const DraftContext& added, const std::string& what) {
+  // Rows as wide as open.feature_layers; none for a session that reads tokens only.
+  absl::Status CheckFeatureWidthLocked(const TargetFeatures& f, const std::string& what) const {
     const FeatureSpec& spec = feature_spec_;
-    const TargetFeatures& f = added.features;
-    context_tokens_ += static_cast<int64_t>(added.tokens.size());
     if (spec.empty()) {
       if (f.empty()) return absl::OkStatus();
       return absl::InvalidArgumentError(
@@ -351,6 +387,18 @@ class DrafterService::SessionReactor final
           what, ": features rows are ", f.width, " values wide; open.feature_layers [",
           absl::StrJoin(sent_layers_, ", "), "] x hidden ", spec.hidden, " = ", sent_width));
     }
+    return absl::OkStatus();
+  }
+
+  // A session that takes features must hold a row for every context token but the pending
+  // bonus after each commit (common/tree/draft_context.h), each as wide as its kind needs; one
+  // that takes none gets none.
+  absl::Status CheckFeatureRowsLocked(const DraftContext& added, const std::string& what) {
+    const FeatureSpec& spec = feature_spec_;
+    const TargetFeatures& f = added.features;
+    context_tokens_ += static_cast<int64_t>(added.tokens.size());
+    if (absl::Status s = CheckFeatureWidthLocked(f, what); !s.ok()) return s;
+    if (spec.empty()) return absl::OkStatus();
     feature_rows_ += f.rows;
     if (feature_rows_ != context_tokens_ - 1) {
       return absl::InvalidArgumentError(
@@ -516,6 +564,8 @@ class DrafterService::SessionReactor final
   DrafterFactory* factory_ = nullptr;
   FeatureSpec feature_spec_;  // the features its sessions take (factory_->features())
   std::vector<int> sent_layers_;  // the layers the commits' rows carry (open.feature_layers)
+  TargetFeatures parts_;          // rows of a commit's parts with `more` so far
+  int64_t parts_step_ = 0;        // their commit's step
   SpecLimits limits_;
 
   // Touched only by the serial tasks (and OnDone after them).

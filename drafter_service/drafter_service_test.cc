@@ -595,6 +595,51 @@ TEST_F(DrafterServiceTest, FeaturesReachTheSessionThatTakesThemAndBadOnesAreRefu
     ASSERT_TRUE(stream->WritesDone());
     EXPECT_TRUE(stream->Finish().ok());
   }
+  {  // The prompt's rows in parts of 2 rows (24 bytes), then the tokens with the last row.
+    grpc::ClientContext ctx;
+    std::unique_ptr<Stream> stream = stub_->Draft(&ctx);
+    ASSERT_TRUE(stream->Write(open));
+    ReadOpened(stream.get());
+    absl::StatusOr<DraftContext> whole =
+        DraftContextFromProto(WithFeatures(Commit(0, {9}), 5, 6).commit(), "commit");
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    const std::vector<v1::DraftRequest> parts = CommitParts(0, *whole, 24);
+    ASSERT_EQ(parts.size(), 3u);
+    for (const v1::DraftRequest& part : parts) ASSERT_TRUE(stream->Write(part));
+    v1::DraftResponse response;
+    ASSERT_TRUE(stream->Read(&response));
+    EXPECT_THAT(response.tree().tokens(), ElementsAre(5));
+    EXPECT_THAT(response.tree().logprobs(), ElementsAre(5.75f));
+    ASSERT_TRUE(stream->WritesDone());
+    EXPECT_TRUE(stream->Finish().ok());
+  }
+  // Parts that carry tokens, change step before their commit ends, or hold more rows than the
+  // context has tokens.
+  auto expect_parts_refused = [&](std::vector<v1::DraftRequest> messages, const std::string& says) {
+    grpc::ClientContext ctx;
+    std::unique_ptr<Stream> stream = stub_->Draft(&ctx);
+    ASSERT_TRUE(stream->Write(open));
+    for (const v1::DraftRequest& m : messages) stream->Write(m);
+    v1::DraftResponse response;
+    while (stream->Read(&response)) EXPECT_EQ(response.kind_case(), v1::DraftResponse::kOpened);
+    const grpc::Status status = stream->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << says;
+    EXPECT_THAT(status.error_message(), HasSubstr(says));
+  };
+  v1::DraftRequest part = WithFeatures(Commit(0, {}), 2, 6);
+  part.mutable_commit()->set_more(true);
+  v1::DraftRequest with_tokens = WithFeatures(Commit(0, {9}), 2, 6);
+  with_tokens.mutable_commit()->set_more(true);
+  expect_parts_refused({with_tokens},
+                       "commit step 0 (a part with `more`) carries 1 tokens; a part with `more` "
+                       "carries feature rows only");
+  expect_parts_refused({part, WithFeatures(Commit(1, {9}), 3, 6)},
+                       "commit step 1 follows parts of commit step 0");
+  expect_parts_refused({part, part, part},
+                       "6 feature rows before the commit's tokens, for a context of 5 tokens");
+  expect_parts_refused({part, WithFeatures(Commit(0, {9}), 2, 6)},
+                       "the session has 4 feature rows for 6 context tokens");
+
   v1::DraftRequest bad = WithFeatures(Commit(0, {9}), 5, 4);
   grpc::Status status = ExpectFailure(open, &bad);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);

@@ -108,14 +108,12 @@ class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1
   }
 
   void Commit(int64_t step, const DraftContext& added) {
-    v1::DraftRequest request;
-    request.mutable_commit()->set_step(step);
-    ToProto(added, request.mutable_commit());
+    std::vector<v1::DraftRequest> parts = CommitParts(step, added);
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_ || detached_) return;
     last_commit_step_ = step;
     last_commit_sent_ = absl::Now();
-    pending_.push_back(std::move(request));
+    for (v1::DraftRequest& part : parts) pending_.push_back(std::move(part));
     if (!writing_) {
       writing_ = true;
       StartWrite(&pending_.front());

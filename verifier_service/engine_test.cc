@@ -3,6 +3,7 @@
 // cache, and bad or missing drafts fail open.
 #include "verifier_service/engine.h"
 
+#include <algorithm>
 #include <limits>
 #include <memory>
 #include <random>
@@ -664,6 +665,10 @@ TEST_F(EngineTest, AFeatureDrafterIsSentTheFeaturesOfEveryContextToken) {
     const DraftContext& got = recording.log();
     const int tokens = static_cast<int>(got.tokens.size());
     ASSERT_GT(tokens, static_cast<int>(r.prompt.size()) + 8);
+    std::vector<int32_t> context = r.prompt;
+    context.insert(context.end(), out.token_ids.begin(), out.token_ids.end());
+    ASSERT_LE(got.tokens.size(), context.size());
+    ASSERT_TRUE(std::equal(got.tokens.begin(), got.tokens.end(), context.begin()));
     ASSERT_EQ(got.features.rows, tokens - 1);
     ASSERT_EQ(got.features.width, 2 * c.hidden_size);
     // The reference: a plain prefill of those tokens capturing the same layers.

@@ -1,5 +1,6 @@
 #include "common/rpc/draft_context_proto.h"
 
+#include <algorithm>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -7,16 +8,50 @@
 
 namespace treespec {
 
+namespace {
+
+// Rows [first, first + rows) of `f` into `out`'s features.
+void PackRows(const TargetFeatures& f, int first, int rows, v1::DraftCommit* out) {
+  out->set_feature_rows(rows);
+  std::string* bytes = out->mutable_features();
+  const size_t begin = static_cast<size_t>(first) * f.width;
+  const size_t count = static_cast<size_t>(rows) * f.width;
+  bytes->resize(count * 2);
+  for (size_t i = 0; i < count; ++i) {  // little-endian whatever the host
+    const uint16_t v = f.bf16[begin + i];
+    (*bytes)[2 * i] = static_cast<char>(v & 0xff);
+    (*bytes)[2 * i + 1] = static_cast<char>(v >> 8);
+  }
+}
+
+}  // namespace
+
 void ToProto(const DraftContext& context, v1::DraftCommit* out) {
   out->mutable_tokens()->Assign(context.tokens.begin(), context.tokens.end());
+  PackRows(context.features, 0, context.features.rows, out);
+}
+
+std::vector<v1::DraftRequest> CommitParts(int64_t step, const DraftContext& context,
+                                          size_t max_feature_bytes) {
   const TargetFeatures& f = context.features;
-  out->set_feature_rows(f.rows);
-  std::string* bytes = out->mutable_features();
-  bytes->resize(f.bf16.size() * 2);
-  for (size_t i = 0; i < f.bf16.size(); ++i) {  // little-endian whatever the host
-    (*bytes)[2 * i] = static_cast<char>(f.bf16[i] & 0xff);
-    (*bytes)[2 * i + 1] = static_cast<char>(f.bf16[i] >> 8);
-  }
+  const size_t row_bytes = static_cast<size_t>(f.width) * 2;
+  const int per_part =
+      f.empty() ? 1 : static_cast<int>(std::max<size_t>(1, max_feature_bytes / row_bytes));
+  std::vector<v1::DraftRequest> parts;
+  int first = 0;
+  do {
+    const int rows = std::min(per_part, f.rows - first);
+    v1::DraftCommit* part = parts.emplace_back().mutable_commit();
+    part->set_step(step);
+    PackRows(f, first, rows, part);
+    first += rows;
+    if (first < f.rows) {
+      part->set_more(true);
+    } else {
+      part->mutable_tokens()->Assign(context.tokens.begin(), context.tokens.end());
+    }
+  } while (first < f.rows);
+  return parts;
 }
 
 absl::StatusOr<DraftContext> DraftContextFromProto(const v1::DraftCommit& commit,

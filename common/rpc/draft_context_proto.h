@@ -2,6 +2,10 @@
 #ifndef TREESPEC_COMMON_RPC_DRAFT_CONTEXT_PROTO_H_
 #define TREESPEC_COMMON_RPC_DRAFT_CONTEXT_PROTO_H_
 
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "common/tree/draft_context.h"
 #include "common/tree/drafter_kind.h"
@@ -11,6 +15,17 @@ namespace treespec {
 
 // Fills `out`'s tokens and features (bf16 little-endian), leaving its step alone.
 void ToProto(const DraftContext& context, v1::DraftCommit* out);
+
+// A commit's feature rows travel in parts of at most this many bytes, so that every message
+// stays well under a drafter's --max_message_bytes (keep that at 2 MiB or more for drafters
+// that read features; the default is 4 MiB).
+inline constexpr size_t kFeaturePartBytes = size_t{1} << 20;
+
+// Commit `step` as the messages that carry it: its feature rows in parts of at most
+// `max_feature_bytes` (at least one row each), every part but the last marked `more` and
+// carrying no tokens, the last one carrying the tokens. One message when the rows fit.
+std::vector<v1::DraftRequest> CommitParts(int64_t step, const DraftContext& context,
+                                          size_t max_feature_bytes = kFeaturePartBytes);
 
 // The commit's context; InvalidArgument naming the field (after `what`, e.g. "commit step 3")
 // when the features are not feature_rows whole rows of finite bf16. Token ids are the

@@ -1,6 +1,8 @@
 #include "common/rpc/draft_context_proto.h"
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -35,6 +37,45 @@ TEST(DraftContextProtoTest, RoundTripsTokensAndFeatures) {
   EXPECT_EQ(out->features.rows, 2);
   EXPECT_EQ(out->features.width, 3);
   EXPECT_EQ(out->features.bf16, in.features.bf16);
+}
+
+// A commit's rows go in parts of at most the byte limit (whole rows, at least one a part):
+// every part but the last is marked `more` and has no tokens; their rows in order are the
+// commit's. Rows that fit, or no rows, are one message.
+TEST(DraftContextProtoTest, CommitPartsSplitRowsAndEndWithTheTokens) {
+  DraftContext in;
+  in.tokens = {4, 5, 6};
+  in.features.rows = 10;
+  in.features.width = 4;  // 8 bytes a row
+  for (int i = 0; i < 40; ++i) in.features.bf16.push_back(static_cast<uint16_t>(0x3f80 + i));
+  auto rows_of = [](const std::vector<v1::DraftRequest>& parts) {
+    std::vector<int> rows;
+    for (const v1::DraftRequest& p : parts) rows.push_back(p.commit().feature_rows());
+    return rows;
+  };
+  for (const auto& [limit, want] : std::vector<std::pair<size_t, std::vector<int>>>{
+           {24, {3, 3, 3, 1}}, {80, {10}}, {1 << 20, {10}}, {5, {1, 1, 1, 1, 1, 1, 1, 1, 1, 1}}}) {
+    const std::vector<v1::DraftRequest> parts = CommitParts(9, in, limit);
+    EXPECT_EQ(rows_of(parts), want) << "limit " << limit;
+    TargetFeatures joined;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const v1::DraftCommit& part = parts[i].commit();
+      EXPECT_EQ(part.step(), 9);
+      const bool last = i + 1 == parts.size();
+      EXPECT_EQ(part.more(), !last);
+      EXPECT_EQ(part.tokens_size(), last ? 3 : 0);
+      absl::StatusOr<DraftContext> got = DraftContextFromProto(part, "part");
+      ASSERT_TRUE(got.ok()) << got.status();
+      joined.Append(got->features);
+    }
+    EXPECT_EQ(joined.bf16, in.features.bf16) << "limit " << limit;
+  }
+  in.features = TargetFeatures();
+  const std::vector<v1::DraftRequest> one = CommitParts(2, in);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_FALSE(one[0].commit().more());
+  EXPECT_EQ(one[0].commit().tokens_size(), 3);
+  EXPECT_EQ(one[0].commit().feature_rows(), 0);
 }
 
 TEST(DraftContextProtoTest, NoFeaturesIsEmpty) {
