@@ -1,4 +1,5 @@
-// treespec-drafter: serves treespec.v1.Drafter (ngram and, with --draft_model, a draft LM).
+// treespec-drafter: serves treespec.v1.Drafter (ngram; with --draft_model a draft LM; with
+// --dflash a DFlash block drafter conditioned on the target's features).
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -22,6 +23,7 @@
 #include "common/metrics/metrics_http_server.h"
 #include "common/model/causal_lm.h"
 #include "common/rpc/connection_age.h"
+#include "common/rpc/draft_context_proto.h"
 #include "common/rpc/grpc_shutdown.h"
 #include "common/rpc/keepalive.h"
 #include "common/rpc/tls.h"
@@ -29,6 +31,7 @@
 #include "common/util/log.h"
 #include "common/util/shutdown_signal.h"
 #include "common/util/status_macros.h"
+#include "drafter_service/dflash_drafter.h"
 #include "drafter_service/draft_model_drafter.h"
 #include "drafter_service/drafter_registry.h"
 #include "drafter_service/drafter_service.h"
@@ -40,10 +43,16 @@ ABSL_FLAG(std::string, device, "auto",
           "draft model backend: auto (CUDA when a GPU is present), cpu, cuda or cuda:N");
 ABSL_FLAG(std::string, draft_model, "",
           "draft model dir (config.json + safetensors); empty = ngram only");
+ABSL_FLAG(std::string, dflash, "",
+          "DFlash drafter directory (Hugging Face DFlashDraftModel: config.json + safetensors); "
+          "serves mode DFLASH, with --dflash_target");
+ABSL_FLAG(std::string, dflash_target, "",
+          "the target model directory the --dflash drafter was trained for: its embedding and "
+          "LM head are the drafter's (only those two tensors are read)");
 ABSL_FLAG(std::string, default_mode, "",
-          "drafter for mode AUTO: draft_model or ngram; empty = draft_model when "
-          "--draft_model is set, else ngram");
-ABSL_FLAG(std::string, tree_mode, "tree", "draft-model tree shape: tree or chain");
+          "drafter for mode AUTO: draft_model, dflash or ngram; empty = draft_model when "
+          "--draft_model is set, else dflash when --dflash is, else ngram");
+ABSL_FLAG(std::string, tree_mode, "tree", "draft-model and DFlash tree shape: tree or chain");
 ABSL_FLAG(int, expand_per_depth, 0,
           "draft-model tree mode: most nodes expanded per depth; 0 = exact best-first tree "
           "(a CPU drafter may want 4)");
@@ -161,18 +170,16 @@ absl::Status Run() {
   DrafterRegistry drafters;
   drafters.Add(DrafterKind::kNgram, std::make_unique<NgramDrafterFactory>(ngram_options));
 
+  const std::string shape = absl::GetFlag(FLAGS_tree_mode);
+  if (shape != "tree" && shape != "chain") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tree_mode must be tree or chain, got '", shape, "'"));
+  }
+  const DraftShape draft_shape = shape == "tree" ? DraftShape::kTree : DraftShape::kChain;
   const std::string model_dir = absl::GetFlag(FLAGS_draft_model);
   if (!model_dir.empty()) {
     DraftModelOptions model_options;
-    const std::string shape = absl::GetFlag(FLAGS_tree_mode);
-    if (shape == "tree") {
-      model_options.shape = DraftShape::kTree;
-    } else if (shape == "chain") {
-      model_options.shape = DraftShape::kChain;
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--tree_mode must be tree or chain, got '", shape, "'"));
-    }
+    model_options.shape = draft_shape;
     model_options.max_expand_per_depth = absl::GetFlag(FLAGS_expand_per_depth);
     // Children of the bonus, at most: a session's top_k (or, unset, its tree budget).
     model_options.max_top_k = std::max(options.spec.max.tree_budget, options.spec.max.top_k);
@@ -200,12 +207,47 @@ absl::Status Run() {
                  std::make_unique<DraftModelDrafterFactory>(*std::move(lm), model_options));
   }
 
-  // Unset: the draft model where there is one, else ngram.
+  const std::string dflash_dir = absl::GetFlag(FLAGS_dflash);
+  const std::string dflash_target = absl::GetFlag(FLAGS_dflash_target);
+  if (dflash_dir.empty() != dflash_target.empty()) {
+    return absl::InvalidArgumentError(
+        "--dflash and --dflash_target go together: the drafter uses its target's embedding and "
+        "LM head");
+  }
+  if (!dflash_dir.empty()) {
+    // Commit 0 carries the prompt's feature rows in parts of up to kFeaturePartBytes.
+    if (max_message_bytes < static_cast<int>(2 * kFeaturePartBytes)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--max_message_bytes=", max_message_bytes, ": a DFlash drafter needs >= ",
+                       2 * kFeaturePartBytes, " (feature rows travel in 1 MiB parts)"));
+    }
+    absl::StatusOr<std::unique_ptr<CpuDflashModel>> dflash =
+        CpuDflashModel::Load(dflash_dir, dflash_target);
+    if (!dflash.ok()) {
+      return absl::Status(dflash.status().code(),
+                          absl::StrCat("--dflash=", dflash_dir, ": ", dflash.status().message()));
+    }
+    const DflashConfig& config = (*dflash)->config();
+    if (options.vocab_size != 0 && options.vocab_size != config.body.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("--vocab_size=", options.vocab_size,
+                                                     " disagrees with the DFlash drafter's ",
+                                                     config.body.vocab_size));
+    }
+    options.vocab_size = config.body.vocab_size;
+    TS_LOG(kInfo, "DFlash drafter %s on cpu: %d layers x %d, block %d, reads %s of %s, %s mode",
+           dflash_dir, config.body.num_layers, config.body.hidden_size, config.block_size,
+           FeatureSpecString(config.features()), FeatureTargetString(config.features()), shape);
+    drafters.Add(DrafterKind::kDflash, std::make_unique<DflashDrafterFactory>(
+                                           std::move(*dflash), DflashOptions{draft_shape}));
+  }
+
+  // Unset: the draft model where there is one, else DFlash, else ngram.
   const std::string mode = absl::GetFlag(FLAGS_default_mode);
   if (mode.empty()) {
     options.default_kind = drafters.Find(DrafterKind::kDraftModel) != nullptr
                                ? DrafterKind::kDraftModel
-                               : DrafterKind::kNgram;
+                           : drafters.Find(DrafterKind::kDflash) != nullptr ? DrafterKind::kDflash
+                                                                            : DrafterKind::kNgram;
   } else if (const std::optional<DrafterKind> kind = DrafterKindFromName(mode)) {
     options.default_kind = *kind;
   } else {

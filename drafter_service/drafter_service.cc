@@ -269,10 +269,10 @@ class DrafterService::SessionReactor final
     // Held rows stay bounded by the context: before the tokens come, a session can hold at
     // most a row per context token (the last part's tokens add the rest).
     if (feature_rows_ + parts_.rows + f.rows > context_tokens_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": ", feature_rows_ + parts_.rows + f.rows,
-          " feature rows before the commit's tokens, for a context of ", context_tokens_,
-          " tokens; send at most one row per context token"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": ", feature_rows_ + parts_.rows + f.rows,
+                       " feature rows before the commit's tokens, for a context of ",
+                       context_tokens_, " tokens; send at most one row per context token"));
     }
     parts_step_ = part.step();
     parts_.Append(f);
@@ -354,9 +354,9 @@ class DrafterService::SessionReactor final
     const std::string sent = absl::StrCat("[", absl::StrJoin(sent_layers_, ", "), "]");
     if (spec.empty()) {
       if (sent_layers_.empty()) return absl::OkStatus();
-      return absl::InvalidArgumentError(
-          absl::StrCat("open.feature_layers is ", sent, " but a ", InfoOf(kind_).mode_name,
-                       " session reads tokens only; send none"));
+      return absl::InvalidArgumentError(absl::StrCat("open.feature_layers is ", sent, " but a ",
+                                                     InfoOf(kind_).mode_name,
+                                                     " session reads tokens only; send none"));
     }
     if (!LayersAscendingWithin(sent_layers_, spec.num_layers)) {
       return absl::InvalidArgumentError(
@@ -364,10 +364,10 @@ class DrafterService::SessionReactor final
                        spec.num_layers, ") (the layers of the target this drafter serves)"));
     }
     if (!LayersInclude(sent_layers_, spec.layers)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "open.feature_layers ", sent, " lack layers this ", InfoOf(kind_).mode_name,
-          " drafter reads: it needs ", FeatureSpecString(spec),
-          " (DrafterInfo.feature_needs); capture those on the verifier"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("open.feature_layers ", sent, " lack layers this ", InfoOf(kind_).mode_name,
+                       " drafter reads: it needs ", FeatureSpecString(spec),
+                       " (DrafterInfo.feature_needs); capture those on the verifier"));
     }
     return absl::OkStatus();
   }
@@ -562,7 +562,7 @@ class DrafterService::SessionReactor final
   std::string request_id_;
   DrafterKind kind_ = DrafterKind::kNgram;
   DrafterFactory* factory_ = nullptr;
-  FeatureSpec feature_spec_;  // the features its sessions take (factory_->features())
+  FeatureSpec feature_spec_;      // the features its sessions take (factory_->features())
   std::vector<int> sent_layers_;  // the layers the commits' rows carry (open.feature_layers)
   TargetFeatures parts_;          // rows of a commit's parts with `more` so far
   int64_t parts_step_ = 0;        // their commit's step

@@ -22,9 +22,9 @@ namespace treespec {
 
 // One drafter's statement (v1::DrafterInfo as domain types).
 struct DrafterDescription {
-  std::string id;                  // the drafter process; a restart is a new id
-  SpecBounds spec;                 // its defaults and maxima
-  std::vector<DrafterKind> kinds;  // kinds it serves, sorted
+  std::string id;                           // the drafter process; a restart is a new id
+  SpecBounds spec;                          // its defaults and maxima
+  std::vector<DrafterKind> kinds;           // kinds it serves, sorted
   std::optional<DrafterKind> default_kind;  // what AUTO gets (DrafterInfo.default_mode)
   // What its kinds that read target features need (DrafterInfo.feature_needs).
   std::vector<std::pair<DrafterKind, FeatureSpec>> feature_needs;

@@ -26,7 +26,7 @@ struct Engine::Active {
   bool prefilled = false;
   int64_t step = 0;  // step of the last commit sent to the drafter
   absl::Time commit_sent;
-  int timeouts = 0;                 // consecutive steps without a draft in time
+  int timeouts = 0;  // consecutive steps without a draft in time
   // The target layers its commits carry features of (DraftOpenParams::feature_layers); empty:
   // tokens only.
   std::vector<int> feature_layers;
@@ -585,8 +585,7 @@ absl::StatusOr<std::vector<StepResult>> Engine::RunBatch(const std::vector<Activ
   for (size_t b = 0; b < members.size(); ++b) {
     specs[b].sampling = members[b]->request.sampling;
     specs[b].prefill = !members[b]->prefilled;
-    specs[b].capture_features =
-        !members[b]->feature_layers.empty() && members[b]->draft != nullptr;
+    specs[b].capture_features = !members[b]->feature_layers.empty() && members[b]->draft != nullptr;
   }
   return model_->VerifyStep(batch, specs);
 }

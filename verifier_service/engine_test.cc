@@ -22,9 +22,9 @@ namespace {
 using testing::DelayedDraftSource;
 using ::testing::ElementsAreArray;
 using testing::LocalDraftSource;
+using testing::RecordingFactory;
 using testing::RecordingSink;
 using testing::RunToEnd;
-using testing::RecordingFactory;
 using testing::ScriptedDraftSource;
 using testing::StatedPoolSource;
 
@@ -685,8 +685,7 @@ TEST_F(EngineTest, AFeatureDrafterIsSentTheFeaturesOfEveryContextToken) {
     spec.capture_features = true;
     auto step = ref.VerifyStep({chain}, {spec});
     ASSERT_TRUE(step.ok()) << step.status();
-    EXPECT_LE(testing::WorstFeatureError(got.features, (*step)[0].features, c.hidden_size),
-              0.02);
+    EXPECT_LE(testing::WorstFeatureError(got.features, (*step)[0].features, c.hidden_size), 0.02);
   }
 
   // A kind that reads tokens only is sent none.

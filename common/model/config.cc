@@ -480,23 +480,32 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text) {
   return c;
 }
 
-absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
-  const std::string path = model_dir + "/config.json";
+absl::StatusOr<std::string> ReadConfigJson(const std::string& dir, absl::string_view what) {
+  const std::string path = dir + "/config.json";
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::NotFoundError(absl::StrCat(path, ": cannot open (", std::strerror(errno),
-                                            "); is '", model_dir, "' a model directory?"));
+                                            "); is '", dir, "' ", what, "?"));
   }
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
-  absl::StatusOr<ModelConfig> config = ParseModelConfig(text.str());
-  if (!config.ok()) {
-    // "config.json field `x`: ..." -> "<dir>/config.json: field `x`: ..."
-    absl::string_view message = config.status().message();
-    absl::ConsumePrefix(&message, "config.json ");
-    return absl::Status(config.status().code(), absl::StrCat(path, ": ", message));
-  }
+  return text.str();
+}
+
+absl::Status NameConfigFile(const absl::Status& status, const std::string& dir) {
+  if (status.ok()) return status;
+  // "config.json field `x`: ..." -> "<dir>/config.json: field `x`: ..."
+  absl::string_view message = status.message();
+  absl::ConsumePrefix(&message, "config.json ");
+  return absl::Status(status.code(), absl::StrCat(dir, "/config.json: ", message));
+}
+
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
+  absl::StatusOr<std::string> text = ReadConfigJson(model_dir, "a model directory");
+  if (!text.ok()) return text.status();
+  absl::StatusOr<ModelConfig> config = ParseModelConfig(*text);
+  if (!config.ok()) return NameConfigFile(config.status(), model_dir);
   return config;
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace treespec {
 
@@ -47,6 +48,12 @@ struct ModelConfig {
 // (sliding window in use, unsupported rope_scaling type, hidden_act other than silu, ...)
 // are errors that name the field.
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text);
+
+// The text of <dir>/config.json; NOT_FOUND naming the file and asking whether `dir` is `what`
+// ("a model directory").
+absl::StatusOr<std::string> ReadConfigJson(const std::string& dir, absl::string_view what);
+// A parse error's message ("config.json field `x`: ...") naming the file in `dir` instead.
+absl::Status NameConfigFile(const absl::Status& status, const std::string& dir);
 
 // Reads <model_dir>/config.json; the error names the file.
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir);

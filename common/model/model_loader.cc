@@ -174,21 +174,17 @@ absl::Status CheckTiedHead(const Checkpoint& ckpt, const ModelWeights& w) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<ModelWeights> LoadModelWeights(const std::string& model_dir,
-                                              const ModelConfig& config) {
-  ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpoint(model_dir));
-  ModelWeights weights;
+// Reads every present slot `for_each` visits from `ckpt`; `used` gets their names.
+absl::Status ReadSlots(const Checkpoint& ckpt, const SlotVisitor& for_each,
+                       const std::function<std::string(const std::string&)>& missing_hint,
+                       absl::flat_hash_set<std::string>& used) {
   absl::Status status;
-  absl::flat_hash_set<std::string> used;
-  ForEachTensor(config, weights, [&](TensorSlot& slot) {
+  for_each([&](TensorSlot& slot) {
     if (!status.ok() || !slot.present) return;
     auto it = ckpt.where.find(slot.hf_name);
     if (it == ckpt.where.end()) {
-      status =
-          absl::NotFoundError(absl::StrCat("tensor '", slot.hf_name, "' not found in ",
-                                           ckpt.FileList(), MissingHint(slot.hf_name, config)));
+      status = absl::NotFoundError(absl::StrCat("tensor '", slot.hf_name, "' not found in ",
+                                                ckpt.FileList(), missing_hint(slot.hf_name)));
       return;
     }
     const SafetensorsFile& file = *it->second;
@@ -204,7 +200,35 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const std::string& model_dir,
     *slot.tensor = std::move(t);
     used.insert(slot.hf_name);
   });
-  RETURN_IF_ERROR(status);
+  return status;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> LoadTensorSlots(const std::string& model_dir,
+                                                         const SlotVisitor& for_each) {
+  ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpoint(model_dir));
+  absl::flat_hash_set<std::string> used;
+  RETURN_IF_ERROR(ReadSlots(
+      ckpt, for_each, [](const std::string&) { return std::string(); }, used));
+  std::vector<std::string> unused;
+  for (const auto& [name, file] : ckpt.where) {
+    if (!used.contains(name) && !absl::EndsWith(name, "rotary_emb.inv_freq")) {
+      unused.push_back(name);
+    }
+  }
+  std::sort(unused.begin(), unused.end());
+  return unused;
+}
+
+absl::StatusOr<ModelWeights> LoadModelWeights(const std::string& model_dir,
+                                              const ModelConfig& config) {
+  ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpoint(model_dir));
+  ModelWeights weights;
+  absl::flat_hash_set<std::string> used;
+  RETURN_IF_ERROR(ReadSlots(
+      ckpt, [&](const auto& fn) { ForEachTensor(config, weights, fn); },
+      [&](const std::string& name) { return MissingHint(name, config); }, used));
 
   std::vector<std::string> unexpected;
   for (const auto& [name, file] : ckpt.where) {

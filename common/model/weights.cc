@@ -4,8 +4,8 @@
 
 namespace treespec {
 
-void ForEachTensor(const ModelConfig& c, ModelWeights& w,
-                   const std::function<void(TensorSlot&)>& fn) {
+void ForEachLayerTensor(const ModelConfig& c, const std::string& p, LayerWeights& l,
+                        const std::function<void(TensorSlot&)>& fn) {
   const int64_t hidden = c.hidden_size;
   const int64_t q_width = static_cast<int64_t>(c.num_q_heads) * c.head_dim;
   const int64_t kv_width = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
@@ -14,25 +14,33 @@ void ForEachTensor(const ModelConfig& c, ModelWeights& w,
     TensorSlot slot{std::move(name), std::move(shape), present, t};
     fn(slot);
   };
+  visit(p + "input_layernorm.weight", {hidden}, true, &l.input_norm);
+  visit(p + "self_attn.q_proj.weight", {q_width, hidden}, true, &l.wq);
+  visit(p + "self_attn.k_proj.weight", {kv_width, hidden}, true, &l.wk);
+  visit(p + "self_attn.v_proj.weight", {kv_width, hidden}, true, &l.wv);
+  visit(p + "self_attn.q_proj.bias", {q_width}, c.qkv_bias, &l.bq);
+  visit(p + "self_attn.k_proj.bias", {kv_width}, c.qkv_bias, &l.bk);
+  visit(p + "self_attn.v_proj.bias", {kv_width}, c.qkv_bias, &l.bv);
+  visit(p + "self_attn.q_norm.weight", {c.head_dim}, c.qk_norm, &l.q_norm);
+  visit(p + "self_attn.k_norm.weight", {c.head_dim}, c.qk_norm, &l.k_norm);
+  visit(p + "self_attn.o_proj.weight", {hidden, q_width}, true, &l.wo);
+  visit(p + "post_attention_layernorm.weight", {hidden}, true, &l.post_norm);
+  visit(p + "mlp.gate_proj.weight", {inter, hidden}, true, &l.w_gate);
+  visit(p + "mlp.up_proj.weight", {inter, hidden}, true, &l.w_up);
+  visit(p + "mlp.down_proj.weight", {hidden, inter}, true, &l.w_down);
+}
+
+void ForEachTensor(const ModelConfig& c, ModelWeights& w,
+                   const std::function<void(TensorSlot&)>& fn) {
+  const int64_t hidden = c.hidden_size;
+  auto visit = [&](std::string name, std::vector<int64_t> shape, bool present, Tensor* t) {
+    TensorSlot slot{std::move(name), std::move(shape), present, t};
+    fn(slot);
+  };
   visit("model.embed_tokens.weight", {c.vocab_size, hidden}, true, &w.embed);
   w.layers.resize(c.num_layers);
   for (int i = 0; i < c.num_layers; ++i) {
-    LayerWeights& l = w.layers[i];
-    const std::string p = absl::StrCat("model.layers.", i, ".");
-    visit(p + "input_layernorm.weight", {hidden}, true, &l.input_norm);
-    visit(p + "self_attn.q_proj.weight", {q_width, hidden}, true, &l.wq);
-    visit(p + "self_attn.k_proj.weight", {kv_width, hidden}, true, &l.wk);
-    visit(p + "self_attn.v_proj.weight", {kv_width, hidden}, true, &l.wv);
-    visit(p + "self_attn.q_proj.bias", {q_width}, c.qkv_bias, &l.bq);
-    visit(p + "self_attn.k_proj.bias", {kv_width}, c.qkv_bias, &l.bk);
-    visit(p + "self_attn.v_proj.bias", {kv_width}, c.qkv_bias, &l.bv);
-    visit(p + "self_attn.q_norm.weight", {c.head_dim}, c.qk_norm, &l.q_norm);
-    visit(p + "self_attn.k_norm.weight", {c.head_dim}, c.qk_norm, &l.k_norm);
-    visit(p + "self_attn.o_proj.weight", {hidden, q_width}, true, &l.wo);
-    visit(p + "post_attention_layernorm.weight", {hidden}, true, &l.post_norm);
-    visit(p + "mlp.gate_proj.weight", {inter, hidden}, true, &l.w_gate);
-    visit(p + "mlp.up_proj.weight", {inter, hidden}, true, &l.w_up);
-    visit(p + "mlp.down_proj.weight", {hidden, inter}, true, &l.w_down);
+    ForEachLayerTensor(c, absl::StrCat("model.layers.", i, "."), w.layers[i], fn);
   }
   visit("model.norm.weight", {hidden}, true, &w.final_norm);
   visit("lm_head.weight", {c.vocab_size, hidden}, !c.tie_word_embeddings, &w.lm_head);

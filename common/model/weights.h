@@ -46,10 +46,24 @@ struct TensorSlot {
   Tensor* tensor;                // where it lives in ModelWeights
 };
 
+// Visits the tensor slots of one decoder layer, named `prefix` + "self_attn.q_proj.weight" etc.
+void ForEachLayerTensor(const ModelConfig& config, const std::string& prefix, LayerWeights& layer,
+                        const std::function<void(TensorSlot&)>& fn);
+
 // Visits every tensor slot of `weights` for `config`, in a fixed order. The single list of
 // tensors: add a tensor here and the loader, writer and sharder all see it.
 void ForEachTensor(const ModelConfig& config, ModelWeights& weights,
                    const std::function<void(TensorSlot&)>& fn);
+
+// Calls its argument on every tensor slot of some set of weights (ForEachTensor's shape).
+using SlotVisitor = std::function<void(const std::function<void(TensorSlot&)>&)>;
+
+// Reads every present slot `for_each` visits from the checkpoint in `model_dir` (one
+// model.safetensors, or shards listed by model.safetensors.index.json; f32/f16/bf16) into fp32,
+// checking each shape. Returns the checkpoint's other tensors (sorted; saved RoPE buffers left
+// out), for the caller's policy on extras. Errors name the file and the tensor.
+absl::StatusOr<std::vector<std::string>> LoadTensorSlots(const std::string& model_dir,
+                                                         const SlotVisitor& for_each);
 
 // Loads config.json + *.safetensors (single file or sharded with model.safetensors.index.json;
 // f32/f16/bf16) from `model_dir`. Errors name the file and the tensor.

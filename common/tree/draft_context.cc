@@ -37,9 +37,9 @@ TargetFeatures SelectLayers(TargetFeatures rows, absl::Span<const int> have,
   std::vector<size_t> from;
   from.reserve(want.size());
   for (int layer : want) {
-    from.push_back(static_cast<size_t>(std::lower_bound(have.begin(), have.end(), layer) -
-                                       have.begin()) *
-                   hidden);
+    from.push_back(
+        static_cast<size_t>(std::lower_bound(have.begin(), have.end(), layer) - have.begin()) *
+        hidden);
   }
   TargetFeatures out;
   out.rows = rows.rows;

@@ -8,7 +8,7 @@ namespace {
 constexpr DrafterKindInfo kKinds[] = {
     {DrafterKind::kNgram, "ngram", "NGRAM", ""},
     {DrafterKind::kDraftModel, "draft_model", "DRAFT_MODEL", "--draft_model=DIR"},
-    {DrafterKind::kDflash, "dflash", "DFLASH", "a DFlash model (none serves DFLASH yet)"},
+    {DrafterKind::kDflash, "dflash", "DFLASH", "--dflash=DIR --dflash_target=DIR"},
 };
 
 std::string Join(absl::Span<const DrafterKind> kinds, const char* DrafterKindInfo::*field) {

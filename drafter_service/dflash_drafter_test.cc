@@ -1,0 +1,135 @@
+// The DFlash drafter's sessions: they draft only with a feature row per context token but the
+// bonus; a chain is each depth's argmax of one block forward; a tree is DDTree's best tree over
+// the same per-depth marginals.
+#include "drafter_service/dflash_drafter.h"
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/model/dtype.h"
+#include "common/model/top_k.h"
+#include "drafter_service/ddtree.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace treespec {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Source(const std::string& rel) { return std::string(TREESPEC_SOURCE_DIR) + "/" + rel; }
+
+class DflashDrafterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto model = CpuDflashModel::Load(Source("tests/data/models/dflash_random"),
+                                      Source("models/tiny-target"));
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = *std::move(model);
+  }
+
+  TargetFeatures Rows(int n, uint32_t seed) const {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    TargetFeatures f;
+    f.rows = n;
+    f.width = model_->config().features().width();
+    for (int i = 0; i < n * f.width; ++i) f.bf16.push_back(FloatToBf16Bits(normal(rng)));
+    return f;
+  }
+
+  // Each depth's argmax of the block after `bonus` over `rows`, straight from the model.
+  std::vector<int32_t> Argmaxes(const TargetFeatures& rows, int32_t bonus, int depth) const {
+    DflashContext context;
+    EXPECT_TRUE(model_->Append(context, rows).ok());
+    auto logits = model_->BlockLogits(context, bonus, depth + 1);
+    EXPECT_TRUE(logits.ok());
+    const int vocab = model_->config().body.vocab_size;
+    std::vector<int32_t> out;
+    for (int d = 0; d < depth; ++d) {
+      const float* row = logits->data() + static_cast<size_t>(d) * vocab;
+      out.push_back(static_cast<int32_t>(std::max_element(row, row + vocab) - row));
+    }
+    return out;
+  }
+
+  // Each depth's top k (token, log-prob) of the block after `bonus` over `rows`.
+  std::vector<std::vector<Candidate>> Marginals(const TargetFeatures& rows, int32_t bonus,
+                                                int depth, int k) const {
+    DflashContext context;
+    EXPECT_TRUE(model_->Append(context, rows).ok());
+    auto logits = model_->BlockLogits(context, bonus, depth + 1);
+    EXPECT_TRUE(logits.ok());
+    const int vocab = model_->config().body.vocab_size;
+    std::vector<std::vector<Candidate>> out;
+    std::vector<float> logprobs(vocab);
+    for (int d = 0; d < depth; ++d) {
+      LogSoftmax(absl::MakeConstSpan(logits->data() + static_cast<size_t>(d) * vocab, vocab),
+                 absl::MakeSpan(logprobs));
+      out.push_back(PerDepthCandidates::TopK(logprobs, k));
+    }
+    return out;
+  }
+
+  std::shared_ptr<const CpuDflashModel> model_;
+};
+
+TEST_F(DflashDrafterTest, AChainIsEachDepthsArgmaxAndATreeHoldsIt) {
+  const std::vector<int32_t> prompt = {11, 12, 13, 14, 15};
+  const TargetFeatures prompt_rows = Rows(5, 1);
+  const TargetFeatures more_rows = Rows(3, 2);
+  TargetFeatures all = prompt_rows;
+  all.Append(more_rows);
+  const std::vector<int32_t> chain_want = Argmaxes(all, 42, 7);
+
+  for (DraftShape shape : {DraftShape::kChain, DraftShape::kTree}) {
+    DflashDrafterFactory factory(model_, DflashOptions{shape});
+    EXPECT_EQ(factory.features(), (FeatureSpec{{1, 4}, 256, 6, 4096}));
+    auto session = factory.NewSession();
+    ASSERT_TRUE(session.ok());
+    ASSERT_TRUE((*session)->Append(TokenContext(prompt)).ok());
+    // The prompt's rows come with commit 0: until then there is nothing to draft from.
+    absl::StatusOr<DraftedTree> early = (*session)->Draft(SpecLimits{16, 7, 0});
+    EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(early.status().message()), HasSubstr("0 rows for 5 tokens"));
+    ASSERT_TRUE((*session)->Append(DraftContext{{30}, prompt_rows}).ok());
+    ASSERT_TRUE((*session)->Append(DraftContext{{31, 32, 42}, more_rows}).ok());
+    absl::StatusOr<DraftedTree> tree = (*session)->Draft(SpecLimits{24, 7, 0});
+    ASSERT_TRUE(tree.ok()) << tree.status();
+    if (shape == DraftShape::kChain) {
+      EXPECT_EQ(tree->tokens, chain_want);
+      EXPECT_EQ(tree->parents, (std::vector<int32_t>{-1, 0, 1, 2, 3, 4, 5}));
+      continue;
+    }
+    // DDTree's best 24-node tree over the block's per-depth marginals (top 24 of each), its
+    // first node the best first token.
+    EXPECT_EQ(tree->tokens.size(), 24u);
+    EXPECT_TRUE(ValidateDraftedTree(*tree, 4096, 24, 7).ok());
+    EXPECT_EQ(tree->tokens[0], chain_want[0]);
+    const DraftedTree want =
+        BuildDdTree(PerDepthCandidates(Marginals(all, 42, 7, 24)), 0, SpecLimits{24, 7, 0});
+    EXPECT_EQ(tree->tokens, want.tokens);
+    EXPECT_EQ(tree->parents, want.parents);
+    EXPECT_EQ(tree->logprobs, want.logprobs);
+  }
+}
+
+TEST_F(DflashDrafterTest, TheBlockIsNoLongerThanTheDrafterWasTrainedFor) {
+  DflashDrafterFactory factory(model_, DflashOptions{DraftShape::kChain});
+  auto session = factory.NewSession();
+  ASSERT_TRUE(session.ok());
+  ASSERT_TRUE((*session)->Append(DraftContext{{5, 6}, {}}).ok());
+  ASSERT_TRUE((*session)->Append(DraftContext{{7}, Rows(2, 3)}).ok());
+  absl::StatusOr<DraftedTree> tree = (*session)->Draft(SpecLimits{64, 16, 0});
+  ASSERT_TRUE(tree.ok()) << tree.status();
+  EXPECT_EQ(tree->tokens.size(), 7u);  // block_size 8: the bonus and 7 drafted positions
+  TargetFeatures narrow = Rows(1, 4);
+  narrow.width /= 2;
+  narrow.bf16.resize(narrow.width);
+  EXPECT_FALSE((*session)->Append(DraftContext{{8}, narrow}).ok());
+}
+
+}  // namespace
+}  // namespace treespec

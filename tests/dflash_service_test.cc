@@ -1,0 +1,127 @@
+// DFlash over real gRPC on loopback (in-process servers on port 0): a drafter serving a random
+// DFlash model for the shipped tiny target (tests/data/models/dflash_random) and a verifier on
+// that target. The verifier captures the drafter's target layers and streams their rows commit
+// by commit (a long prompt's in parts); the drafter drafts from them; the output equals
+// speculation off, greedy and seeded sampling, asked as DFLASH or as AUTO (the pool's default).
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/model/dflash_model.h"
+#include "common/tokenizer/tokenizer.h"
+#include "drafter_service/dflash_drafter.h"
+#include "drafter_service/drafter_service.h"
+#include "drafter_service/ngram_drafter.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/generate_client.h"
+#include "tests/local_verifier.h"
+
+namespace treespec {
+namespace {
+
+using testing::CodePrompts;
+using testing::Generate;
+using testing::Outcome;
+using testing::TextRequest;
+
+const std::string kRoot = TREESPEC_SOURCE_DIR;
+
+class DflashServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto model = CpuDflashModel::Load(kRoot + "/tests/data/models/dflash_random",
+                                      kRoot + "/models/tiny-target");
+    ASSERT_TRUE(model.ok()) << model.status();
+    DrafterServiceOptions options;
+    options.default_kind = DrafterKind::kDflash;
+    options.vocab_size = (*model)->config().body.vocab_size;
+    DrafterRegistry drafters;
+    drafters.Add(DrafterKind::kNgram, std::make_unique<NgramDrafterFactory>(NgramOptions()));
+    drafters.Add(DrafterKind::kDflash,
+                 std::make_unique<DflashDrafterFactory>(*std::move(model), DflashOptions()));
+    drafter_ = std::make_unique<DrafterService>(options, std::move(drafters));
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(drafter_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(port, 0);
+
+    absl::StatusOr<testing::TinyTarget> target = testing::LoadTinyTarget(4);
+    ASSERT_TRUE(target.ok()) << target.status();
+    target_ = std::move(target->model);
+    tokenizer_ = std::move(target->tokenizer);
+    testing::LocalVerifierOptions v;
+    v.drafter = "127.0.0.1:" + std::to_string(port);
+    v.engine.max_batch = 4;
+    v.engine.draft_timeout = absl::Seconds(5);  // every step waits: a slow CI machine too
+    verifier_ = std::make_unique<testing::LocalVerifier>(target_.get(), tokenizer_.get(), v);
+    ASSERT_TRUE(verifier_->ok());
+    // AUTO resolves to DFLASH only once the verifier knows its pool's default.
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (verifier_->drafts()->PoolInfo().drafters == 0 && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    ASSERT_EQ(verifier_->drafts()->PoolInfo().default_kind, DrafterKind::kDflash);
+  }
+
+  void TearDown() override {
+    verifier_.reset();
+    if (server_) server_->Shutdown(std::chrono::system_clock::now());
+  }
+
+  std::unique_ptr<DrafterService> drafter_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<CausalLm> target_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<testing::LocalVerifier> verifier_;
+};
+
+TEST_F(DflashServiceTest, DflashSpeculationMatchesPlainDecoding) {
+  for (const std::string& prompt : {CodePrompts()[0], CodePrompts()[1]}) {
+    for (float temperature : {0.0f, 0.8f}) {
+      v1::GenerateRequest off = TextRequest(prompt, v1::SPECULATION_MODE_OFF, 24);
+      off.mutable_sampling()->set_temperature(temperature);
+      off.mutable_sampling()->set_seed(5);
+      const Outcome plain = Generate(verifier_->stub(), off);
+      ASSERT_TRUE(plain.status.ok()) << plain.status.error_message();
+      for (v1::SpeculationMode mode : {v1::SPECULATION_MODE_DFLASH, v1::SPECULATION_MODE_AUTO}) {
+        v1::GenerateRequest r = off;
+        r.mutable_speculation()->set_mode(mode);
+        const Outcome spec = Generate(verifier_->stub(), r);
+        ASSERT_TRUE(spec.status.ok()) << spec.status.error_message();
+        EXPECT_EQ(spec.ids, plain.ids) << "mode " << mode << " temperature " << temperature;
+        // Every step had a drafted tree: the drafter got its features and drafted from them.
+        const v1::SpeculationStats& stats = spec.last.speculation();
+        EXPECT_GT(stats.drafted_tokens(), 0) << "mode " << mode;
+        EXPECT_EQ(stats.fallback_steps(), 0) << "mode " << mode;
+      }
+    }
+  }
+}
+
+// A prompt whose rows exceed one part (1 MiB: 1024 rows of this target's 2 x 256 bf16) reaches
+// the drafter in parts, and the session drafts from all of them.
+TEST_F(DflashServiceTest, ALongPromptsRowsTravelInParts) {
+  v1::GenerateRequest r;
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 1300; ++i) ids.push_back(3 + (i * 37) % 4000);
+  r.mutable_token_ids()->mutable_ids()->Add(ids.begin(), ids.end());
+  r.mutable_sampling()->set_max_new_tokens(8);
+  r.mutable_sampling()->set_ignore_eos(true);
+  r.mutable_speculation()->set_mode(v1::SPECULATION_MODE_OFF);
+  const Outcome plain = Generate(verifier_->stub(), r);
+  ASSERT_TRUE(plain.status.ok()) << plain.status.error_message();
+  r.mutable_speculation()->set_mode(v1::SPECULATION_MODE_DFLASH);
+  const Outcome spec = Generate(verifier_->stub(), r);
+  ASSERT_TRUE(spec.status.ok()) << spec.status.error_message();
+  EXPECT_EQ(spec.ids, plain.ids);
+  EXPECT_GT(spec.last.speculation().drafted_tokens(), 0);
+  EXPECT_EQ(spec.last.speculation().fallback_steps(), 0);
+}
+
+}  // namespace
+}  // namespace treespec
