@@ -203,14 +203,9 @@ absl::Status ReadSlots(const Checkpoint& ckpt, const SlotVisitor& for_each,
   return status;
 }
 
-}  // namespace
-
-absl::StatusOr<std::vector<std::string>> LoadTensorSlots(const std::string& model_dir,
-                                                         const SlotVisitor& for_each) {
-  ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpoint(model_dir));
-  absl::flat_hash_set<std::string> used;
-  RETURN_IF_ERROR(ReadSlots(
-      ckpt, for_each, [](const std::string&) { return std::string(); }, used));
+// The checkpoint's tensors no slot took, sorted; saved RoPE buffers are not counted.
+std::vector<std::string> UnusedTensors(const Checkpoint& ckpt,
+                                       const absl::flat_hash_set<std::string>& used) {
   std::vector<std::string> unused;
   for (const auto& [name, file] : ckpt.where) {
     if (!used.contains(name) && !absl::EndsWith(name, "rotary_emb.inv_freq")) {
@@ -219,6 +214,17 @@ absl::StatusOr<std::vector<std::string>> LoadTensorSlots(const std::string& mode
   }
   std::sort(unused.begin(), unused.end());
   return unused;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> LoadTensorSlots(const std::string& model_dir,
+                                                         const SlotVisitor& for_each) {
+  ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpoint(model_dir));
+  absl::flat_hash_set<std::string> used;
+  RETURN_IF_ERROR(ReadSlots(
+      ckpt, for_each, [](const std::string&) { return std::string(); }, used));
+  return UnusedTensors(ckpt, used);
 }
 
 absl::StatusOr<ModelWeights> LoadModelWeights(const std::string& model_dir,
@@ -231,16 +237,14 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const std::string& model_dir,
       [&](const std::string& name) { return MissingHint(name, config); }, used));
 
   std::vector<std::string> unexpected;
-  for (const auto& [name, file] : ckpt.where) {
-    if (used.contains(name) || absl::EndsWith(name, "rotary_emb.inv_freq")) continue;
+  for (const std::string& name : UnusedTensors(ckpt, used)) {
     if (name == "lm_head.weight" && config.tie_word_embeddings) {
       RETURN_IF_ERROR(CheckTiedHead(ckpt, weights));
       continue;
     }
-    if (absl::StartsWith(name, "model.")) unexpected.push_back(name);
+    if (absl::StartsWith(name, "model.")) unexpected.push_back(name);  // stays sorted
   }
   if (!unexpected.empty()) {
-    std::sort(unexpected.begin(), unexpected.end());
     const size_t shown = std::min<size_t>(unexpected.size(), 5);
     return absl::InvalidArgumentError(absl::StrCat(
         ckpt.where.at(unexpected[0])->path(), ": tensor", unexpected.size() > 1 ? "s " : " ", "'",
