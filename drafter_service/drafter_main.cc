@@ -29,6 +29,7 @@
 #include "common/rpc/tls.h"
 #include "common/tree/drafter_kind.h"
 #include "common/util/log.h"
+#include "common/util/malloc_tuning.h"
 #include "common/util/shutdown_signal.h"
 #include "common/util/status_macros.h"
 #include "drafter_service/dflash_drafter.h"
@@ -59,7 +60,7 @@ ABSL_FLAG(int, expand_per_depth, 0,
 ABSL_FLAG(int, tree_budget, 16,
           "drafted nodes per tree (bonus excluded) for a session that asks for none");
 ABSL_FLAG(int, max_depth, 8, "deepest drafted node for a session that asks for none");
-ABSL_FLAG(int, max_tree_budget, 256,
+ABSL_FLAG(int, max_tree_budget, 512,
           "largest tree a session runs with (a session asking more gets this many); the "
           "verifiers learn it and refuse requests above the largest of their drafters'");
 ABSL_FLAG(int, top_k, 0,
@@ -307,6 +308,7 @@ absl::Status Run() {
 
 int main(int argc, char** argv) {
   treespec::BlockShutdownSignals();
+  treespec::KeepLargeBuffersInHeap();
   absl::SetProgramUsageMessage("Serves treespec.v1.Drafter: draft trees for speculative decoding.");
   absl::ParseCommandLine(argc, argv);
   // Every gRPC object lives in Run: gRPC shuts down before the process exits.

@@ -193,7 +193,7 @@ TEST_F(DrafterServiceTest, OpenCommitTreeRoundTripWithNgram) {
   EXPECT_EQ(FromProto(opened.limits()), (SpecLimits{12, 5, 0}));
   EXPECT_EQ(opened.drafter().drafter_id(), service_->info().drafter_id());
   EXPECT_FALSE(opened.drafter().drafter_id().empty());
-  EXPECT_EQ(FromProto(opened.drafter().max()), (SpecLimits{256, 64, 256}));
+  EXPECT_EQ(FromProto(opened.drafter().max()), (SpecLimits{512, 64, 512}));
   std::mt19937 rng(5);
   for (int step = 0; step < 10; ++step) {
     // Alternate accepted runs that follow the pattern with a surprise token.
@@ -354,7 +354,7 @@ TEST_F(DrafterServiceTest, LimitsAboveTheMaximaAreServedAtTheMaximaAndStated) {
   v1::DrafterInfo info;
   ASSERT_TRUE(stub_->GetInfo(&info_ctx, v1::DrafterInfoRequest(), &info).ok());
   EXPECT_EQ(FromProto(info.defaults()), (SpecLimits{16, 8, 0}));
-  EXPECT_EQ(FromProto(info.max()), (SpecLimits{256, 64, 256}));
+  EXPECT_EQ(FromProto(info.max()), (SpecLimits{512, 64, 512}));
   EXPECT_THAT(info.modes(),
               ElementsAre(v1::SPECULATION_MODE_NGRAM, v1::SPECULATION_MODE_DRAFT_MODEL));
   EXPECT_EQ(info.drafter_id(), service_->info().drafter_id());
@@ -365,7 +365,7 @@ TEST_F(DrafterServiceTest, LimitsAboveTheMaximaAreServedAtTheMaximaAndStated) {
   v1::DraftRequest open = Open(prompt, v1::SPECULATION_MODE_NGRAM, 1000, 0);
   open.mutable_open()->set_top_k(5000);
   ASSERT_TRUE(stream->Write(open));
-  EXPECT_EQ(FromProto(ReadOpened(stream.get()).limits()), (SpecLimits{256, 8, 256}));
+  EXPECT_EQ(FromProto(ReadOpened(stream.get()).limits()), (SpecLimits{512, 8, 512}));
   ASSERT_TRUE(stream->Write(Commit(0, {prompt[30 % 7]})));
   v1::DraftResponse response;
   ASSERT_TRUE(stream->Read(&response));

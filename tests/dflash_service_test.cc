@@ -103,6 +103,24 @@ TEST_F(DflashServiceTest, DflashSpeculationMatchesPlainDecoding) {
   }
 }
 
+// DDTree at its paper's peak budget: every step verifies a 512-node tree (the largest a service
+// serves by default) and the output still equals speculation off.
+TEST_F(DflashServiceTest, FiveHundredTwelveNodeTreesMatchPlainDecoding) {
+  v1::GenerateRequest off = TextRequest(CodePrompts()[2], v1::SPECULATION_MODE_OFF, 12);
+  const Outcome plain = Generate(verifier_->stub(), off);
+  ASSERT_TRUE(plain.status.ok()) << plain.status.error_message();
+  v1::GenerateRequest r = off;
+  r.mutable_speculation()->set_mode(v1::SPECULATION_MODE_DFLASH);
+  r.mutable_speculation()->set_tree_budget(512);
+  const Outcome spec = Generate(verifier_->stub(), r);
+  ASSERT_TRUE(spec.status.ok()) << spec.status.error_message();
+  EXPECT_EQ(spec.ids, plain.ids);
+  const v1::SpeculationStats& stats = spec.last.speculation();
+  EXPECT_EQ(stats.fallback_steps(), 0);
+  ASSERT_GT(stats.steps(), 0);
+  EXPECT_EQ(stats.drafted_tokens(), 512 * stats.steps());
+}
+
 // A prompt whose rows exceed one part (1 MiB: 1024 rows of this target's 2 x 256 bf16) reaches
 // the drafter in parts, and the session drafts from all of them.
 TEST_F(DflashServiceTest, ALongPromptsRowsTravelInParts) {

@@ -210,10 +210,10 @@ TEST_F(ServiceTest, BadInputGetsActionableStatusAndServerKeepsServing) {
        },
        grpc::INVALID_ARGUMENT, "sampling.stop_strings[1] is not valid UTF-8 (byte 0 of 3)"},
       {"tree budget -1", [](auto& r) { r.mutable_speculation()->set_tree_budget(-1); },
-       grpc::INVALID_ARGUMENT, "tree_budget must be in [1, 256]"},
+       grpc::INVALID_ARGUMENT, "tree_budget must be in [1, 512]"},
       {"tree budget huge", [](auto& r) { r.mutable_speculation()->set_tree_budget(1 << 30); },
        grpc::INVALID_ARGUMENT,
-       "tree_budget must be in [1, 256] (got 1073741824); 256 is the largest --max_tree_budget "
+       "tree_budget must be in [1, 512] (got 1073741824); 512 is the largest --max_tree_budget "
        "of the 1 drafter(s)"},
   };
   for (const Case& c : cases) {
@@ -425,7 +425,7 @@ TEST_F(ServiceTest, ModelInfoAndHealth) {
   EXPECT_EQ(info.max_queue(), kMaxQueue);
   EXPECT_EQ(info.max_depth_limit(), kMaxDepthLimit);
   EXPECT_EQ(info.max_new_tokens_limit(), kMaxNewTokensLimit);
-  EXPECT_EQ(info.max_tree_budget(), 256);
+  EXPECT_EQ(info.max_tree_budget(), 512);
   EXPECT_EQ(info.default_max_new_tokens(), 256);
   grpc::HealthCheckServiceInterface* health = verifier_->server()->GetHealthCheckService();
   ASSERT_NE(health, nullptr);

@@ -5,7 +5,8 @@
 #
 #   tools/bench_all.sh OUT_DIR gpu [BENCH...]  # on a GPU machine; BENCH of: ceilings
 #                                              # verify_step attention gemm e2e drafter_gpu
-#   tools/bench_all.sh OUT_DIR cpu             # on any machine: forward, drafter_cpu
+#   tools/bench_all.sh OUT_DIR cpu [BENCH...]  # on any machine; BENCH of: forward drafter_cpu
+#                                              # feature_wire
 #
 # Environment: BIN (default build/bin), RUN (a command prefix for the binaries: ".gpu/run" for
 # a gpu-bundle), COMMIT (the commit measured, when the tree has no .git, e.g. a bundle's copy),
@@ -23,7 +24,7 @@ mkdir -p "$out"
 
 case $set_name in
   gpu) default_benches=(ceilings verify_step attention gemm e2e drafter_gpu) ;;
-  cpu) default_benches=(forward drafter_cpu) ;;
+  cpu) default_benches=(forward drafter_cpu feature_wire) ;;
   *) echo "bench_all: the set is gpu or cpu, not '$set_name'" >&2; exit 2 ;;
 esac
 benches=("$@")
@@ -45,6 +46,7 @@ declare -A commands=(
   [drafter_gpu]="$bin/treespec-drafter-bench --draft_model=models/tiny-draft --device=cuda --json=$out/drafter_gpu.json"
   [forward]="$bin/treespec-forward-bench --json=$out/forward_cpu.json"
   [drafter_cpu]="$bin/treespec-drafter-bench --draft_model=models/tiny-draft --device=cpu --json=$out/drafter_cpu.json"
+  [feature_wire]="$bin/treespec-feature-wire-bench --json=$out/feature_wire.json"
 )
 
 failed=0

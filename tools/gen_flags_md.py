@@ -21,7 +21,7 @@ BINARIES = [
     "treespec-verifier", "treespec-drafter", "treespec-cli", "treespec-loadgen",
     "treespec-random-model", "treespec-forward-bench", "treespec-drafter-bench",
     "treespec-verify-step-bench", "treespec-attention-bench", "treespec-gemm-bench",
-    "treespec-gpu-ceilings",
+    "treespec-gpu-ceilings", "treespec-feature-wire-bench",
 ]
 HEADER = """# Flags
 

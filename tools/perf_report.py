@@ -235,6 +235,26 @@ class Report:
             "(the oracle), models/tiny-target; median and minimum of 30.",
             self.cpu, "forward", None, ["context", "nodes", "median ms", "min ms"], rows)
 
+    def feature_wire(self):
+        doc = load("feature_wire.json")
+        if doc is None or not self.has(self.cpu, "feature_wire"):
+            return
+        rows = [[r["target"], r["batch"], f"{r['bytes_per_token'] / 1024:.0f}",
+                 f"{r['bytes_per_step'] / 1024:,.0f}", f"{r['bytes_per_step'] * 50 / 1e6:,.0f}",
+                 f"{r['commit_ms']:.3f}", f"{r['round_trip_ms']:.3f}"] for r in doc]
+        self.section(
+            "Target features on the drafter link",
+            f"A DFlash session's commit carries the target's hidden states after the drafter's "
+            f"layers for every committed token (K x H bf16 per token), tau = {doc[0]['tau']} "
+            f"tokens per step per session, random rows, through the verifier's real client and a "
+            f"drafter service on loopback whose drafter drafts one node. Commit = the verifier's "
+            f"engine-thread time per step (pack and queue every session's commit); round trip = "
+            f"first commit to the last session's tree back. MB/s = the link's load at 50 verify "
+            f"steps a second.",
+            self.cpu, "feature_wire", None,
+            ["target (layers x hidden)", "batch", "KiB / token", "KiB / step", "MB/s at 50 steps/s",
+             "commit ms", "round trip ms"], rows)
+
     def build(self):
         self.lines = [
             "# Performance",
@@ -255,6 +275,7 @@ class Report:
         self.gemm()
         self.forward_cpu()
         self.drafter("drafter_cpu", self.cpu, "Drafter on the CPU: the tiny draft model")
+        self.feature_wire()
         return "\n".join(self.lines) + "\n"
 
     def readme_table(self):

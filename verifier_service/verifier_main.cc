@@ -28,6 +28,7 @@
 #include "common/rpc/tls.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/log.h"
+#include "common/util/malloc_tuning.h"
 #include "common/util/shutdown_signal.h"
 #include "verifier_service/drafter_client.h"
 #include "verifier_service/engine.h"
@@ -155,6 +156,7 @@ absl::StatusOr<Loaded> Load(const treespec::EngineOptions& opts) {
 // Every gRPC object lives in here: main waits for gRPC's shutdown after it returns.
 int Main(int argc, char** argv) {
   treespec::BlockShutdownSignals();
+  treespec::KeepLargeBuffersInHeap();
   absl::SetProgramUsageMessage(
       "Serves treespec.v1.Generation: the target model, verifying drafted trees.");
   absl::ParseCommandLine(argc, argv);

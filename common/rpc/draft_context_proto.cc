@@ -1,8 +1,10 @@
 #include "common/rpc/draft_context_proto.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
+#include "absl/base/config.h"
 #include "absl/strings/str_cat.h"
 #include "common/rpc/drafter_kind_proto.h"
 
@@ -16,12 +18,19 @@ void PackRows(const TargetFeatures& f, int first, int rows, v1::DraftCommit* out
   std::string* bytes = out->mutable_features();
   const size_t begin = static_cast<size_t>(first) * f.width;
   const size_t count = static_cast<size_t>(rows) * f.width;
+#ifdef ABSL_IS_LITTLE_ENDIAN
+  // The wire is little-endian: on such a host the rows are their own encoding. A commit of a
+  // large target's rows is megabytes on the engine thread, so this is one copy (no zero-fill
+  // first, no loop).
+  bytes->assign(reinterpret_cast<const char*>(f.bf16.data() + begin), count * 2);
+#else
   bytes->resize(count * 2);
-  for (size_t i = 0; i < count; ++i) {  // little-endian whatever the host
+  for (size_t i = 0; i < count; ++i) {
     const uint16_t v = f.bf16[begin + i];
     (*bytes)[2 * i] = static_cast<char>(v & 0xff);
     (*bytes)[2 * i + 1] = static_cast<char>(v >> 8);
   }
+#endif
 }
 
 }  // namespace
@@ -73,10 +82,14 @@ absl::StatusOr<DraftContext> DraftContextFromProto(const v1::DraftCommit& commit
   f.rows = rows;
   f.width = rows > 0 ? static_cast<int>(bytes.size() / 2 / rows) : 0;
   f.bf16.resize(bytes.size() / 2);
+#ifdef ABSL_IS_LITTLE_ENDIAN
+  std::memcpy(f.bf16.data(), bytes.data(), bytes.size());
+#else
   for (size_t i = 0; i < f.bf16.size(); ++i) {
     f.bf16[i] = static_cast<uint16_t>(static_cast<uint8_t>(bytes[2 * i]) |
                                       static_cast<uint8_t>(bytes[2 * i + 1]) << 8);
   }
+#endif
   if (absl::Status s = CheckTargetFeatures(f, absl::StrCat(what, ": features")); !s.ok()) return s;
   return context;
 }

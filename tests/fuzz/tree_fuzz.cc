@@ -21,8 +21,8 @@
 namespace treespec {
 namespace {
 
-// Large enough for the verifier's largest tree (max_tree_budget 256 + the bonus) after a prefix.
-constexpr int kContext = 512;
+// Large enough for the verifier's largest tree (max_tree_budget 512 + the bonus) after a prefix.
+constexpr int kContext = 1024;
 constexpr int kPageSize = 16;
 
 CausalLm& TinyModel() {
@@ -103,7 +103,7 @@ void FuzzTree(FuzzedDataProvider& in) {
   const int model_vocab = model.config().vocab_size;
   // Mostly the model's vocabulary (so accepted trees can be run), sometimes any bound at all.
   const int vocab = in.ConsumeBool() ? model_vocab : in.ConsumeIntegralInRange(-1, 1 << 20);
-  const int max_nodes = in.ConsumeIntegralInRange(-1, 257);
+  const int max_nodes = in.ConsumeIntegralInRange(-1, 513);
   const int max_depth = in.ConsumeIntegralInRange(-1, 65);
   const int m = in.ConsumeIntegralInRange(0, 260);
   DraftedTree tree;
