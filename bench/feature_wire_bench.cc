@@ -136,8 +136,8 @@ absl::StatusOr<Result> Measure(const Shape& shape, int batch, int tau, int steps
         arrived.notify_all();
       }));
     }
-    const TargetFeatures prompt_rows = RandomRows(static_cast<int>(prompt.size()),
-                                                  shape.spec.width(), 1);
+    const TargetFeatures prompt_rows =
+        RandomRows(static_cast<int>(prompt.size()), shape.spec.width(), 1);
     const TargetFeatures step_rows = RandomRows(tau, shape.spec.width(), 2);
     const std::vector<int32_t> step_tokens(tau, 11);
     // Waits for every session's tree of `step`; false after 60 s.

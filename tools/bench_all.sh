@@ -6,7 +6,7 @@
 #   tools/bench_all.sh OUT_DIR gpu [BENCH...]  # on a GPU machine; BENCH of: ceilings
 #                                              # verify_step attention gemm e2e drafter_gpu
 #   tools/bench_all.sh OUT_DIR cpu [BENCH...]  # on any machine; BENCH of: forward drafter_cpu
-#                                              # feature_wire
+#                                              # feature_wire tau_sweep
 #
 # Environment: BIN (default build/bin), RUN (a command prefix for the binaries: ".gpu/run" for
 # a gpu-bundle), COMMIT (the commit measured, when the tree has no .git, e.g. a bundle's copy),
@@ -24,7 +24,7 @@ mkdir -p "$out"
 
 case $set_name in
   gpu) default_benches=(ceilings verify_step attention gemm e2e drafter_gpu) ;;
-  cpu) default_benches=(forward drafter_cpu feature_wire) ;;
+  cpu) default_benches=(forward drafter_cpu feature_wire tau_sweep) ;;
   *) echo "bench_all: the set is gpu or cpu, not '$set_name'" >&2; exit 2 ;;
 esac
 benches=("$@")
@@ -47,6 +47,7 @@ declare -A commands=(
   [forward]="$bin/treespec-forward-bench --json=$out/forward_cpu.json"
   [drafter_cpu]="$bin/treespec-drafter-bench --draft_model=models/tiny-draft --device=cpu --json=$out/drafter_cpu.json"
   [feature_wire]="$bin/treespec-feature-wire-bench --json=$out/feature_wire.json"
+  [tau_sweep]="bench/tau_sweep.sh ${TAU_DIR:-/tmp/treespec-tau}"
 )
 
 failed=0
@@ -61,6 +62,9 @@ for b in "${benches[@]}"; do
   elif [ "$b" = e2e ]; then
     BIN=$bin RUN=$run $cmd || { echo "bench_all: $b failed" >&2; failed=1; continue; }
     cp "${E2E_DIR:-/tmp/treespec-e2e}/e2e_summary.json" "$out/e2e.json"
+  elif [ "$b" = tau_sweep ]; then
+    BIN=$bin RUN=$run $cmd || { echo "bench_all: $b failed" >&2; failed=1; continue; }
+    cp "${TAU_DIR:-/tmp/treespec-tau}/tau_sweep.json" "$out/tau_sweep.json"
   else
     $run $cmd || { echo "bench_all: $b failed" >&2; failed=1; continue; }
   fi

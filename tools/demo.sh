@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The demo: installs what is missing, builds, starts a drafter and a verifier as separate
-# processes on loopback with the shipped tiny model pair (tools/launch.sh), sends held-out code
-# prompts through the public gRPC API with treespec-cli — with speculation and without — prints
-# the text and the speculation figures, checks both runs produced the same tokens, and shuts
-# down.
+# processes on loopback with the shipped tiny models (tools/launch.sh; the drafter serves the
+# draft model and the DFlash drafter, models/tiny-dflash), sends held-out code prompts through the
+# public gRPC API with treespec-cli — drafted by the draft model, by DFlash, and without
+# speculation — prints the text and the speculation figures, checks every run produced the same
+# tokens, and shuts down.
 #
 #   ./tools/demo.sh                 # all held-out prompts
 #   DEMO_PROMPTS=4 ./tools/demo.sh  # fewer prompts
@@ -25,7 +26,8 @@ else
 fi
 trap 'tools/launch.sh down --run_dir "$logs"' EXIT
 tools/launch.sh up --detach --quiet --run_dir "$logs" --bin "$bin" "${gpus[@]}" \
-  --drafters 1 --verifiers 1
+  --drafters 1 --verifiers 1 --drafter_arg=--dflash=models/tiny-dflash \
+  --drafter_arg=--dflash_target=models/tiny-target
 # shellcheck source=/dev/null
 source "$logs/launch.env"
 echo "drafter at $DRAFTER_ADDRS, verifier at $VERIFIER_ADDRS (logs in $logs)"
@@ -35,21 +37,28 @@ run() {  # run MODE JSON [EXTRA FLAG]
     --prompts_file=tests/data/heldout_prompts.jsonl --limit="$prompts" \
     --max_new_tokens="$max_new" --json_out="$2" ${3:+"$3"}
 }
-echo; echo "=== speculation on (draft model, tree) ==="
-run auto "$logs/spec.json"
+echo; echo "=== speculation on: the draft model's tree ==="
+run draft_model "$logs/draft_model.json"
+echo; echo "=== speculation on: DFlash + DDTree (one drafter forward per step) ==="
+run dflash "$logs/dflash.json" --quiet
 echo; echo "=== speculation off (target only) ==="
 run off "$logs/plain.json" --quiet
 
-python3 - "$logs/spec.json" "$logs/plain.json" <<'PY'
+python3 - "$logs/draft_model.json" "$logs/dflash.json" "$logs/plain.json" <<'PY'
 import json, sys
-spec, plain = (json.load(open(p)) for p in sys.argv[1:3])
-same = [a["token_ids"] for a in spec["requests"]] == [b["token_ids"] for b in plain["requests"]]
+runs = {name: json.load(open(p)) for name, p in zip(("draft model", "DFlash", "off"), sys.argv[1:4])}
+plain = [r["token_ids"] for r in runs["off"]["requests"]]
+ok = True
 print()
-print(f"speculation on : {spec['tokens_per_s']:.1f} tok/s, mean acceptance length "
-      f"{spec['mean_acceptance_length']:.2f}, acceptance per depth "
-      + " ".join(f"{x:.2f}" for x in spec["acceptance_per_depth"]))
-print(f"speculation off: {plain['tokens_per_s']:.1f} tok/s")
-print(f"speedup {spec['tokens_per_s'] / plain['tokens_per_s']:.2f}x; "
-      f"outputs identical: {'yes' if same else 'NO'}")
-sys.exit(0 if same else 1)
+for name, r in runs.items():
+    same = [x["token_ids"] for x in r["requests"]] == plain
+    ok = ok and same
+    line = f"{name:12s}: {r['tokens_per_s']:7.1f} tok/s"
+    if name != "off":
+        line += (f" ({r['tokens_per_s'] / runs['off']['tokens_per_s']:.2f}x off), mean acceptance "
+                 f"length {r['mean_acceptance_length']:.2f}, acceptance per depth "
+                 + " ".join(f"{x:.2f}" for x in r["acceptance_per_depth"][:8])
+                 + f"; same tokens as off: {'yes' if same else 'NO'}")
+    print(line)
+sys.exit(0 if ok else 1)
 PY

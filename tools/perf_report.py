@@ -255,6 +255,41 @@ class Report:
             ["target (layers x hidden)", "batch", "KiB / token", "KiB / step", "MB/s at 50 steps/s",
              "commit ms", "round trip ms"], rows)
 
+    def tau_sweep(self):
+        doc = load("tau_sweep.json")
+        if doc is None or not self.has(self.cpu, "tau_sweep"):
+            return
+        by = {(r["mode"], r["tree_mode"], r["budget"]): r for r in doc["rows"]}
+
+        def cells(r):
+            if r is None:
+                return ["–", "–", "–"]
+            ms = "–" if r["draft_ms_per_step"] is None else f"{r['draft_ms_per_step']:.2f}"
+            return [f"{r['tau']:.2f}", ms, f"{r['tokens_per_s']:.0f}"]
+
+        rows = []
+        for budget in sorted({b for (_, t, b) in by if t == "tree"}):
+            rows.append([f"tree of {budget}"] + cells(by.get(("dflash", "tree", budget))) +
+                        cells(by.get(("draft_model", "tree", budget))))
+        chains = {m: [r for (mm, t, _), r in by.items() if mm == m and t == "chain"]
+                  for m in ("dflash", "draft_model")}
+        if chains["dflash"] or chains["draft_model"]:
+            depth = "/".join(str(chains[m][0]["budget"]) for m in chains if chains[m])
+            rows.append([f"chain ({depth})"] +
+                        cells(chains["dflash"][0] if chains["dflash"] else None) +
+                        cells(chains["draft_model"][0] if chains["draft_model"] else None))
+        self.section(
+            "Tokens per step against the tree budget: DFlash + DDTree vs the draft model",
+            f"tau = tokens per verify step (the bonus counted) through the real services, greedy, "
+            f"on the {doc['prompts']} held-out prompts, {doc['max_new_tokens']} new tokens each, "
+            f"one request at a time: models/tiny-dflash (one forward per step, depth up to 15) "
+            f"and models/tiny-draft (one forward per depth, depth 8) for models/tiny-target, on "
+            f"the {doc['device']}. Draft ms = the drafter's own time per step. tau does not depend "
+            f"on the device; the times do (both services and the client share this machine).",
+            self.cpu, "tau_sweep", None,
+            ["shape", "DFlash tau", "DFlash draft ms", "DFlash tok/s", "draft model tau",
+             "draft model draft ms", "draft model tok/s"], rows)
+
     def build(self):
         self.lines = [
             "# Performance",
@@ -276,6 +311,7 @@ class Report:
         self.forward_cpu()
         self.drafter("drafter_cpu", self.cpu, "Drafter on the CPU: the tiny draft model")
         self.feature_wire()
+        self.tau_sweep()
         return "\n".join(self.lines) + "\n"
 
     def readme_table(self):
