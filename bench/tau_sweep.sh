@@ -2,7 +2,8 @@
 # Tokens per verify step (tau, the bonus counted) against the tree budget (issue 33): DFlash +
 # DDTree and the draft-model drafter's tree on the held-out prompts, through the real services
 # (one drafter serving both kinds, one verifier on the tiny target), greedy; then each drafter
-# in chain mode. Writes OUT_DIR/tau_sweep.json (tools/perf_report.py renders it) and prints a
+# in chain mode. The verifier waits for every draft (a 10 s draft timeout), so a slow drafter
+# shows in its step time, never as steps verified without a tree. Writes OUT_DIR/tau_sweep.json (tools/perf_report.py renders it) and prints a
 # table. tau does not depend on the device (up to kernels' rounding near ties), so a CPU run
 # measures the curve; the step times are the device's.
 #
@@ -31,7 +32,7 @@ for tree_mode in tree chain; do
     --max_depth="${DFLASH_DEPTH:-15}"
   start_service VERIFIER "$out/verifier_$tree_mode.log" \
     $run $bin/treespec-verifier --port=0 --model=models/tiny-target --drafter="$DRAFTER_ADDR" \
-    --device="$device" --max_batch=1
+    --device="$device" --max_batch=1 --draft_timeout_ms=10000
   for mode in dflash draft_model; do
     depth=${DFLASH_DEPTH:-15}
     [ $mode = draft_model ] && depth=${DRAFT_DEPTH:-8}

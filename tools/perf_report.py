@@ -284,8 +284,9 @@ class Report:
             f"on the {doc['prompts']} held-out prompts, {doc['max_new_tokens']} new tokens each, "
             f"one request at a time: models/tiny-dflash (one forward per step, depth up to 15) "
             f"and models/tiny-draft (one forward per depth, depth 8) for models/tiny-target, "
-            f"both services with --device={doc['device']}. Draft ms = the drafter's own time per step. tau does not depend "
-            f"on the device; the times do (both services and the client share this machine).",
+            f"both services with --device={doc['device']}. Draft ms = the drafter's own time per "
+            f"step. tau does not depend on the device; the times do (both services and the "
+            f"client share this machine).",
             self.cpu, "tau_sweep", None,
             ["shape", "DFlash tau", "DFlash draft ms", "DFlash tok/s", "draft model tau",
              "draft model draft ms", "draft model tok/s"], rows)
