@@ -22,7 +22,11 @@ void PackRows(const TargetFeatures& f, int first, int rows, v1::DraftCommit* out
   // The wire is little-endian: on such a host the rows are their own encoding. A commit of a
   // large target's rows is megabytes on the engine thread, so this is one copy (no zero-fill
   // first, no loop).
-  bytes->assign(reinterpret_cast<const char*>(f.bf16.data() + begin), count * 2);
+  if (count == 0) {
+    bytes->clear();
+  } else {
+    bytes->assign(reinterpret_cast<const char*>(f.bf16.data() + begin), count * 2);
+  }
 #else
   bytes->resize(count * 2);
   for (size_t i = 0; i < count; ++i) {
@@ -83,7 +87,8 @@ absl::StatusOr<DraftContext> DraftContextFromProto(const v1::DraftCommit& commit
   f.width = rows > 0 ? static_cast<int>(bytes.size() / 2 / rows) : 0;
   f.bf16.resize(bytes.size() / 2);
 #ifdef ABSL_IS_LITTLE_ENDIAN
-  std::memcpy(f.bf16.data(), bytes.data(), bytes.size());
+  // An empty vector's data() may be null, which memcpy must not get even for 0 bytes.
+  if (!bytes.empty()) std::memcpy(f.bf16.data(), bytes.data(), bytes.size());
 #else
   for (size_t i = 0; i < f.bf16.size(); ++i) {
     f.bf16[i] = static_cast<uint16_t>(static_cast<uint8_t>(bytes[2 * i]) |
