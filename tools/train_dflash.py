@@ -236,7 +236,7 @@ def block_batch(seqs, anchors, block: int, mask_id: int, L: int):
     return tokens.view(S, -1), pos.view(S, -1), labels, torch.cat([ctx, own], dim=2)
 
 
-def stage_train(args, metrics) -> dict:
+def stage_train(args) -> dict:
     dev = device()
     cuda = dev.type == "cuda"
     if cuda:
@@ -441,7 +441,7 @@ def main(argv=None) -> int:
     if args.stage in ("data", "all"):
         metrics["data"] = stage_data(args)
     if args.stage in ("train", "all"):
-        metrics["train"] = stage_train(args, metrics)
+        metrics["train"] = stage_train(args)
     if args.stage in ("eval", "all"):
         metrics["eval"] = stage_eval(args)
     os.makedirs(args.out_dir, exist_ok=True)
