@@ -2,53 +2,102 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/model/top_k.h"
 #include "drafter_service/ddtree.h"
 
 namespace treespec {
 
-DflashSession::DflashSession(std::shared_ptr<const CpuDflashModel> model,
+// The block [bonus, MASK × depth] after the context rows, one bidirectional forward; each
+// depth's ranked marginal from its row.
+class DflashSession::BlockJob final : public DraftJob {
+ public:
+  BlockJob(const DflashSession& s, int depth, int k) : s_(s), depth_(depth), k_(k) {}
+  bool NextForward(SeqTree* tree, int* k, TopKRows* rows) override {
+    if (done_) return false;
+    *tree = DflashBlock(*s_.config_, s_.seq_, s_.rows_, s_.bonus_, depth_ + 1);
+    *k = k_;
+    *rows = TopKRows::kAllNew;
+    return true;
+  }
+  absl::Status OnForward(CausalLm&, std::vector<std::vector<TokenLogProb>> ranked) override {
+    done_ = true;
+    marginals_.resize(depth_);
+    for (int d = 0; d < depth_; ++d) marginals_[d] = CandidatesOf(ranked[d + 1], k_);
+    return absl::OkStatus();
+  }
+  void OnEnd(CausalLm& model, const absl::Status&) override {
+    model.Truncate(s_.seq_, s_.rows_);  // the block's K/V
+  }
+  std::vector<std::vector<Candidate>>& marginals() { return marginals_; }
+
+ private:
+  const DflashSession& s_;
+  const int depth_, k_;
+  bool done_ = false;
+  std::vector<std::vector<Candidate>> marginals_;  // [depth][rank]
+};
+
+DflashSession::DflashSession(std::shared_ptr<DraftBatcher> batcher,
+                             std::shared_ptr<const DflashConfig> config,
                              const DflashOptions& options)
-    : model_(std::move(model)), options_(options) {}
+    : batcher_(std::move(batcher)), config_(std::move(config)), options_(options) {
+  seq_ = batcher_->WithModel([](CausalLm& m) { return m.CreateSequence(); });
+}
+
+DflashSession::~DflashSession() {
+  batcher_->WithModel([this](CausalLm& m) { m.FreeSequence(seq_); });
+}
 
 absl::Status DflashSession::Append(const DraftContext& added) {
-  if (absl::Status s = model_->Append(context_, added.features); !s.ok()) return s;
+  const TargetFeatures& rows = added.features;
+  if (!rows.empty() && rows.width != config_->features().width()) {
+    return absl::InvalidArgumentError(absl::StrCat("DFlash context rows are ", rows.width,
+                                                   " values wide; this drafter reads ",
+                                                   config_->features().width()));
+  }
+  const int window = config_->body.max_position_embeddings - config_->block_size;
+  if (!out_of_window_ && static_cast<int64_t>(rows_) + rows.rows > window) out_of_window_ = true;
+  if (!out_of_window_ && !rows.empty()) {
+    const absl::Status s =
+        batcher_->WithModel([&](CausalLm& m) { return m.AppendContext(seq_, rows_, rows); });
+    if (!s.ok()) return s;
+    rows_ += rows.rows;
+  }
   tokens_ += static_cast<int64_t>(added.tokens.size());
   if (!added.tokens.empty()) bonus_ = added.tokens.back();
   return absl::OkStatus();
 }
 
 absl::StatusOr<DraftedTree> DflashSession::Draft(const SpecLimits& limits) {
-  if (bonus_ < 0 || context_.rows != tokens_ - 1) {
+  if (out_of_window_) return DraftedTree();
+  if (bonus_ < 0 || rows_ != tokens_ - 1) {
     return absl::FailedPreconditionError(
         absl::StrCat("a DFlash session drafts from a feature row per context token but the last; "
                      "it has ",
-                     context_.rows, " rows for ", tokens_, " tokens"));
+                     rows_, " rows for ", tokens_, " tokens"));
   }
-  const DflashConfig& config = model_->config();
-  const int depth = std::min(limits.max_depth, config.block_size - 1);
+  const int depth = std::min(limits.max_depth, config_->block_size - 1);
   if (depth < 1 || limits.tree_budget < 1) return DraftedTree();
-  absl::StatusOr<std::vector<float>> logits = model_->BlockLogits(context_, bonus_, depth + 1);
-  if (!logits.ok()) return logits.status();
-  const int vocab = config.body.vocab_size;
   const bool chain = options_.shape == DraftShape::kChain;
-  const int k = chain ? 1 : (limits.top_k > 0 ? limits.top_k : limits.tree_budget);
-  std::vector<std::vector<Candidate>> ranked(depth);
-  std::vector<float> logprobs(vocab);
-  for (int d = 0; d < depth; ++d) {
-    LogSoftmax(absl::MakeConstSpan(logits->data() + static_cast<size_t>(d) * vocab, vocab),
-               absl::MakeSpan(logprobs));
-    ranked[d] = PerDepthCandidates::TopK(logprobs, k);
-  }
+  const int k = std::clamp(chain ? 1 : (limits.top_k > 0 ? limits.top_k : limits.tree_budget), 1,
+                           config_->body.vocab_size);
+  BlockJob job(*this, depth, k);
+  if (absl::Status s = batcher_->Run(job); !s.ok()) return s;
   SpecLimits tree_limits = limits;
   tree_limits.max_depth = depth;
-  return BuildDdTree(PerDepthCandidates(std::move(ranked)), 0, tree_limits);
+  return BuildDdTree(PerDepthCandidates(std::move(job.marginals())), 0, tree_limits);
 }
 
+DflashDrafterFactory::DflashDrafterFactory(DflashConfig config, std::unique_ptr<CausalLm> model,
+                                           const DflashOptions& options)
+    : config_(std::make_shared<const DflashConfig>(std::move(config))),
+      batcher_(std::make_shared<DraftBatcher>(std::move(model))),
+      options_(options) {}
+
 absl::StatusOr<std::unique_ptr<DraftSession>> DflashDrafterFactory::NewSession() {
-  return std::make_unique<DflashSession>(model_, options_);
+  return std::make_unique<DflashSession>(batcher_, config_, options_);
 }
 
 }  // namespace treespec

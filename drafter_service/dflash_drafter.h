@@ -2,12 +2,20 @@
 // features gives the draft distribution of every depth at once; chain mode takes each depth's
 // argmax, tree mode builds DDTree's best tree from the per-depth marginals (BuildDdTree over
 // PerDepthCandidates). Sessions read target features (DrafterFactory::features()).
+//
+// The drafter is a CausalLm of the drafter's body (LoadDflashLm): a session's context is one
+// sequence of it whose slots are the context rows (CausalLm::AppendContext: the K/V every draft
+// layer projects from the target's features), and a draft is one bidirectional forward of the
+// block [bonus, MASK × depth] after them, ranked on the backend (ForwardTopK), whose K/V is
+// dropped afterwards. Sessions' blocks run batched through the factory's DraftBatcher, so N
+// sessions cost about one forward of N blocks.
 #ifndef TREESPEC_DRAFTER_SERVICE_DFLASH_DRAFTER_H_
 #define TREESPEC_DRAFTER_SERVICE_DFLASH_DRAFTER_H_
 
 #include <memory>
 
-#include "common/model/dflash_model.h"
+#include "common/model/dflash_config.h"
+#include "drafter_service/draft_batcher.h"
 #include "drafter_service/draft_model_drafter.h"
 #include "drafter_service/drafter.h"
 
@@ -19,31 +27,47 @@ struct DflashOptions {
 
 class DflashSession final : public DraftSession {
  public:
-  DflashSession(std::shared_ptr<const CpuDflashModel> model, const DflashOptions& options);
+  // Creates the session's sequence in the drafter's KV cache; frees it on destruction.
+  DflashSession(std::shared_ptr<DraftBatcher> batcher,
+                std::shared_ptr<const DflashConfig> config, const DflashOptions& options);
+  ~DflashSession() override;
+  DflashSession(const DflashSession&) = delete;
+  DflashSession& operator=(const DflashSession&) = delete;
+
   // Tokens extend the context; features become context rows (a row per context token but the
-  // pending bonus: common/tree/draft_context.h).
+  // pending bonus: common/tree/draft_context.h). INVALID_ARGUMENT for rows of another width
+  // (the session is unchanged). A context that outgrows the drafter's window (its
+  // max_position_embeddings, less a block) ends drafting: later drafts are empty.
   absl::Status Append(const DraftContext& added) override;
   // One block after the bonus, max_depth + 1 long (at most the drafter's block size).
   // FAILED_PRECONDITION while the session lacks rows for its context.
   absl::StatusOr<DraftedTree> Draft(const SpecLimits& limits) override;
 
  private:
-  std::shared_ptr<const CpuDflashModel> model_;
+  class BlockJob;
+
+  const std::shared_ptr<DraftBatcher> batcher_;
+  const std::shared_ptr<const DflashConfig> config_;
   const DflashOptions options_;
-  DflashContext context_;
+  SeqId seq_ = 0;
+  int rows_ = 0;        // context rows in the sequence (its committed slots)
   int64_t tokens_ = 0;  // context tokens appended
   int32_t bonus_ = -1;  // the last of them
+  bool out_of_window_ = false;
 };
 
 class DflashDrafterFactory final : public DrafterFactory {
  public:
-  DflashDrafterFactory(std::shared_ptr<const CpuDflashModel> model, const DflashOptions& options)
-      : model_(std::move(model)), options_(options) {}
+  // `model`: a CausalLm of config.body (LoadDflashLm).
+  DflashDrafterFactory(DflashConfig config, std::unique_ptr<CausalLm> model,
+                       const DflashOptions& options);
   absl::StatusOr<std::unique_ptr<DraftSession>> NewSession() override;
-  FeatureSpec features() const override { return model_->config().features(); }
+  FeatureSpec features() const override { return config_->features(); }
+  const DflashConfig& config() const { return *config_; }
 
  private:
-  std::shared_ptr<const CpuDflashModel> model_;
+  const std::shared_ptr<const DflashConfig> config_;  // shared with the sessions
+  const std::shared_ptr<DraftBatcher> batcher_;
   const DflashOptions options_;
 };
 

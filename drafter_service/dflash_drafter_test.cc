@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/backend/load_model.h"
 #include "common/model/dtype.h"
 #include "common/model/top_k.h"
 #include "drafter_service/ddtree.h"
@@ -23,11 +24,18 @@ std::string Source(const std::string& rel) { return std::string(TREESPEC_SOURCE_
 
 class DflashDrafterTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    auto model = CpuDflashModel::Load(Source("tests/data/models/dflash_random"),
-                                      Source("models/tiny-target"));
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = *std::move(model);
+  static DflashLm Load() {
+    absl::StatusOr<DflashLm> d = LoadDflashLm(Source("tests/data/models/dflash_random"),
+                                              Source("models/tiny-target"), "cpu",
+                                              LmOptions{.max_batch = 2});
+    EXPECT_TRUE(d.ok()) << d.status();
+    return *std::move(d);
+  }
+  void SetUp() override { ref_ = Load(); }
+
+  DflashDrafterFactory NewFactory(DraftShape shape) {
+    DflashLm d = Load();
+    return DflashDrafterFactory(std::move(d.config), std::move(d.lm), DflashOptions{shape});
   }
 
   TargetFeatures Rows(int n, uint32_t seed) const {
@@ -35,21 +43,32 @@ class DflashDrafterTest : public ::testing::Test {
     std::normal_distribution<float> normal(0.0f, 2.0f);
     TargetFeatures f;
     f.rows = n;
-    f.width = model_->config().features().width();
+    f.width = ref_.config.features().width();
     for (int i = 0; i < n * f.width; ++i) f.bf16.push_back(FloatToBf16Bits(normal(rng)));
     return f;
   }
 
-  // Each depth's argmax of the block after `bonus` over `rows`, straight from the model.
+  // Logits [depth, vocab] of the block after `bonus` over `rows`, straight from a reference
+  // drafter model: the rows appended at once, the block one bidirectional forward.
+  std::vector<float> BlockLogits(const TargetFeatures& rows, int32_t bonus, int depth) const {
+    CausalLm& lm = *ref_.lm;
+    const SeqId seq = lm.CreateSequence();
+    EXPECT_TRUE(lm.AppendContext(seq, 0, rows).ok());
+    absl::StatusOr<std::vector<float>> logits =
+        lm.Forward({DflashBlock(ref_.config, seq, rows.rows, bonus, depth + 1)});
+    EXPECT_TRUE(logits.ok()) << logits.status();
+    lm.FreeSequence(seq);
+    const size_t vocab = ref_.config.body.vocab_size;
+    return std::vector<float>(logits->begin() + vocab, logits->end());
+  }
+
+  // Each depth's argmax of the block after `bonus` over `rows`.
   std::vector<int32_t> Argmaxes(const TargetFeatures& rows, int32_t bonus, int depth) const {
-    DflashContext context;
-    EXPECT_TRUE(model_->Append(context, rows).ok());
-    auto logits = model_->BlockLogits(context, bonus, depth + 1);
-    EXPECT_TRUE(logits.ok());
-    const int vocab = model_->config().body.vocab_size;
+    const std::vector<float> logits = BlockLogits(rows, bonus, depth);
+    const int vocab = ref_.config.body.vocab_size;
     std::vector<int32_t> out;
     for (int d = 0; d < depth; ++d) {
-      const float* row = logits->data() + static_cast<size_t>(d) * vocab;
+      const float* row = logits.data() + static_cast<size_t>(d) * vocab;
       out.push_back(static_cast<int32_t>(std::max_element(row, row + vocab) - row));
     }
     return out;
@@ -58,22 +77,19 @@ class DflashDrafterTest : public ::testing::Test {
   // Each depth's top k (token, log-prob) of the block after `bonus` over `rows`.
   std::vector<std::vector<Candidate>> Marginals(const TargetFeatures& rows, int32_t bonus,
                                                 int depth, int k) const {
-    DflashContext context;
-    EXPECT_TRUE(model_->Append(context, rows).ok());
-    auto logits = model_->BlockLogits(context, bonus, depth + 1);
-    EXPECT_TRUE(logits.ok());
-    const int vocab = model_->config().body.vocab_size;
+    const std::vector<float> logits = BlockLogits(rows, bonus, depth);
+    const int vocab = ref_.config.body.vocab_size;
     std::vector<std::vector<Candidate>> out;
     std::vector<float> logprobs(vocab);
     for (int d = 0; d < depth; ++d) {
-      LogSoftmax(absl::MakeConstSpan(logits->data() + static_cast<size_t>(d) * vocab, vocab),
+      LogSoftmax(absl::MakeConstSpan(logits.data() + static_cast<size_t>(d) * vocab, vocab),
                  absl::MakeSpan(logprobs));
       out.push_back(PerDepthCandidates::TopK(logprobs, k));
     }
     return out;
   }
 
-  std::shared_ptr<const CpuDflashModel> model_;
+  DflashLm ref_;
 };
 
 TEST_F(DflashDrafterTest, AChainIsEachDepthsArgmaxAndATreeHoldsIt) {
@@ -85,7 +101,7 @@ TEST_F(DflashDrafterTest, AChainIsEachDepthsArgmaxAndATreeHoldsIt) {
   const std::vector<int32_t> chain_want = Argmaxes(all, 42, 7);
 
   for (DraftShape shape : {DraftShape::kChain, DraftShape::kTree}) {
-    DflashDrafterFactory factory(model_, DflashOptions{shape});
+    DflashDrafterFactory factory = NewFactory(shape);
     EXPECT_EQ(factory.features(), (FeatureSpec{{1, 4}, 256, 6, 4096}));
     auto session = factory.NewSession();
     ASSERT_TRUE(session.ok());
@@ -117,7 +133,7 @@ TEST_F(DflashDrafterTest, AChainIsEachDepthsArgmaxAndATreeHoldsIt) {
 }
 
 TEST_F(DflashDrafterTest, TheBlockIsNoLongerThanTheDrafterWasTrainedFor) {
-  DflashDrafterFactory factory(model_, DflashOptions{DraftShape::kChain});
+  DflashDrafterFactory factory = NewFactory(DraftShape::kChain);
   auto session = factory.NewSession();
   ASSERT_TRUE(session.ok());
   ASSERT_TRUE((*session)->Append(DraftContext{{5, 6}, {}}).ok());

@@ -157,9 +157,9 @@ absl::Status Run() {
   if (options.worker_threads == 0) {
     options.worker_threads =
         static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
-    // A draft-model session's task waits while the batcher runs its forwards with every other
-    // session's: one thread per session lets all of them share each batched forward.
-    if (!absl::GetFlag(FLAGS_draft_model).empty()) {
+    // A draft-model or DFlash session's task waits while the batcher runs its forwards with
+    // every other session's: one thread per session lets all of them share each batched forward.
+    if (!absl::GetFlag(FLAGS_draft_model).empty() || !absl::GetFlag(FLAGS_dflash).empty()) {
       options.worker_threads = std::max(options.worker_threads, absl::GetFlag(FLAGS_max_sessions));
     }
   }
@@ -222,24 +222,29 @@ absl::Status Run() {
           absl::StrCat("--max_message_bytes=", max_message_bytes, ": a DFlash drafter needs >= ",
                        2 * kFeaturePartBytes, " (feature rows travel in 1 MiB parts)"));
     }
-    absl::StatusOr<std::unique_ptr<CpuDflashModel>> dflash =
-        CpuDflashModel::Load(dflash_dir, dflash_target);
+    LmOptions lm_options;
+    lm_options.max_batch = absl::GetFlag(FLAGS_max_sessions);
+    absl::StatusOr<DflashLm> dflash =
+        LoadDflashLm(dflash_dir, dflash_target, absl::GetFlag(FLAGS_device), lm_options);
     if (!dflash.ok()) {
       return absl::Status(dflash.status().code(),
                           absl::StrCat("--dflash=", dflash_dir, ": ", dflash.status().message()));
     }
-    const DflashConfig& config = (*dflash)->config();
+    const DflashConfig& config = dflash->config;
     if (options.vocab_size != 0 && options.vocab_size != config.body.vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat("--vocab_size=", options.vocab_size,
                                                      " disagrees with the DFlash drafter's ",
                                                      config.body.vocab_size));
     }
     options.vocab_size = config.body.vocab_size;
-    TS_LOG(kInfo, "DFlash drafter %s on cpu: %d layers x %d, block %d, reads %s of %s, %s mode",
-           dflash_dir, config.body.num_layers, config.body.hidden_size, config.block_size,
-           FeatureSpecString(config.features()), FeatureTargetString(config.features()), shape);
-    drafters.Add(DrafterKind::kDflash, std::make_unique<DflashDrafterFactory>(
-                                           std::move(*dflash), DflashOptions{draft_shape}));
+    TS_LOG(kInfo, "DFlash drafter %s on %s: %d layers x %d, block %d, reads %s of %s, %s mode",
+           dflash_dir, dflash->lm->device(), config.body.num_layers, config.body.hidden_size,
+           config.block_size, FeatureSpecString(config.features()),
+           FeatureTargetString(config.features()), shape);
+    drafters.Add(DrafterKind::kDflash,
+                 std::make_unique<DflashDrafterFactory>(std::move(dflash->config),
+                                                        std::move(dflash->lm),
+                                                        DflashOptions{draft_shape}));
   }
 
   // Unset: the draft model where there is one, else DFlash, else ngram.

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "common/model/dflash_model.h"
+#include "common/backend/load_model.h"
 #include "common/tokenizer/tokenizer.h"
 #include "drafter_service/dflash_drafter.h"
 #include "drafter_service/drafter_service.h"
@@ -34,15 +34,17 @@ class DflashServiceTest : public ::testing::Test {
   virtual std::string DrafterDir() const { return kRoot + "/tests/data/models/dflash_random"; }
 
   void SetUp() override {
-    auto model = CpuDflashModel::Load(DrafterDir(), kRoot + "/models/tiny-target");
+    absl::StatusOr<DflashLm> model =
+        LoadDflashLm(DrafterDir(), kRoot + "/models/tiny-target", "cpu", LmOptions{.max_batch = 4});
     ASSERT_TRUE(model.ok()) << model.status();
     DrafterServiceOptions options;
     options.default_kind = DrafterKind::kDflash;
-    options.vocab_size = (*model)->config().body.vocab_size;
+    options.vocab_size = model->config.body.vocab_size;
     DrafterRegistry drafters;
     drafters.Add(DrafterKind::kNgram, std::make_unique<NgramDrafterFactory>(NgramOptions()));
     drafters.Add(DrafterKind::kDflash,
-                 std::make_unique<DflashDrafterFactory>(*std::move(model), DflashOptions()));
+                 std::make_unique<DflashDrafterFactory>(std::move(model->config),
+                                                        std::move(model->lm), DflashOptions()));
     drafter_ = std::make_unique<DrafterService>(options, std::move(drafters));
     grpc::ServerBuilder builder;
     int port = 0;

@@ -1,5 +1,6 @@
 #include "common/backend/load_model.h"
 
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -7,7 +8,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/model/cpu_causal_lm.h"
+#include "common/model/dflash_weights.h"
 #include "common/util/log.h"
+#include "common/util/status_macros.h"
 
 #if TREESPEC_WITH_CUDA
 #include "common/cuda/cuda_causal_lm.h"
@@ -95,6 +99,30 @@ absl::StatusOr<std::string> ResolveDevice(const std::string& device, const LmOpt
   }
   return absl::InvalidArgumentError(
       absl::StrCat("--device=", device, ": want auto, cpu, cuda, cuda:N or cuda:N,M,..."));
+}
+
+absl::StatusOr<std::unique_ptr<CausalLm>> CreateCausalLm(const ModelConfig& config,
+                                                         ModelWeights weights,
+                                                         const std::string& device,
+                                                         const LmOptions& options) {
+  ASSIGN_OR_RETURN(const std::string resolved, ResolveDevice(device, options));
+  if (resolved == "cpu") return CreateCpuCausalLm(config, std::move(weights), options);
+#if TREESPEC_WITH_CUDA
+  gpu::CudaLmOptions cuda;
+  ASSIGN_OR_RETURN(cuda.devices, ParseCudaList(resolved, resolved.substr(5)));
+  return gpu::CreateCudaCausalLm(config, weights, options, cuda);
+#else
+  return absl::InternalError(absl::StrCat("unreachable device ", resolved));
+#endif
+}
+
+absl::StatusOr<DflashLm> LoadDflashLm(const std::string& drafter_dir, const std::string& target_dir,
+                                      const std::string& device, const LmOptions& options) {
+  DflashLm out;
+  ASSIGN_OR_RETURN(out.config, LoadDflashConfig(drafter_dir));
+  ASSIGN_OR_RETURN(ModelWeights weights, LoadDflashWeights(drafter_dir, out.config, target_dir));
+  ASSIGN_OR_RETURN(out.lm, CreateCausalLm(out.config.body, std::move(weights), device, options));
+  return out;
 }
 
 absl::StatusOr<std::unique_ptr<CausalLm>> LoadCausalLm(const std::string& model_dir,

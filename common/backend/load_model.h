@@ -10,6 +10,8 @@
 
 #include "absl/status/statusor.h"
 #include "common/model/causal_lm.h"
+#include "common/model/dflash_config.h"
+#include "common/model/weights.h"
 
 namespace treespec {
 
@@ -22,6 +24,23 @@ absl::StatusOr<std::string> ResolveDevice(const std::string& device, const LmOpt
 absl::StatusOr<std::unique_ptr<CausalLm>> LoadCausalLm(const std::string& model_dir,
                                                        const std::string& device,
                                                        const LmOptions& options);
+
+// Makes a model of `config` from host weights on the backend `device` names.
+absl::StatusOr<std::unique_ptr<CausalLm>> CreateCausalLm(const ModelConfig& config,
+                                                         ModelWeights weights,
+                                                         const std::string& device,
+                                                         const LmOptions& options);
+
+// A DFlash drafter (arXiv 2602.06036) as the CausalLm that runs it: the draft layers with the
+// target's embedding and head and the context projection (dflash_config.h).
+struct DflashLm {
+  DflashConfig config;
+  std::unique_ptr<CausalLm> lm;
+};
+// Loads the drafter in `drafter_dir` with the embedding and head of the target in `target_dir`
+// (LoadDflashWeights) on the backend `device` names.
+absl::StatusOr<DflashLm> LoadDflashLm(const std::string& drafter_dir, const std::string& target_dir,
+                                      const std::string& device, const LmOptions& options);
 
 }  // namespace treespec
 

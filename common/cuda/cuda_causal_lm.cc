@@ -74,6 +74,7 @@ class CudaCausalLm final : public CausalLm {
                                                      absl::Span<const StepSpec> specs) override;
   void Truncate(SeqId seq, int len) override { cache_.Truncate(seq, len); }
   absl::Status SetFeatureLayers(std::vector<int> layers) override;
+  absl::Status AppendContext(SeqId seq, int committed_len, const TargetFeatures& rows) override;
 
  protected:
   absl::StatusOr<std::vector<float>> ForwardCapturing(absl::Span<const SeqTree> batch,
@@ -212,6 +213,27 @@ absl::Status CudaCausalLm::SetFeatureLayers(std::vector<int> layers) {
     OnRanks([](ModelShard& shard) { return shard.SetFeatureLayers({}); }).IgnoreError();
   }
   return status;
+}
+
+absl::Status CudaCausalLm::AppendContext(SeqId seq, int committed_len,
+                                         const TargetFeatures& rows) {
+  RETURN_IF_ERROR(ReserveContextRows(config_, cache_, seq, committed_len, rows));
+  const int ps = cache_.page_size();
+  const std::vector<int> pages = cache_.Pages(seq);
+  for (int row0 = 0; row0 < rows.rows; row0 += max_rows_) {
+    const int n = std::min(max_rows_, rows.rows - row0);
+    chunk_meta_.assign(3 * static_cast<size_t>(n), 0);  // [unused tokens, positions, slots]
+    for (int i = 0; i < n; ++i) {
+      const int slot = committed_len + row0 + i;
+      chunk_meta_[n + i] = slot;
+      chunk_meta_[2 * n + i] = pages[slot / ps] * ps + slot % ps;
+    }
+    const uint16_t* chunk = rows.bf16.data() + static_cast<size_t>(row0) * rows.width;
+    RETURN_IF_ERROR(OnRanks([&](ModelShard& shard) {
+      return shard.AppendContext(chunk_meta_.data(), chunk, n);
+    }));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CudaCausalLm::StageFeatures(ModelShard& shard, int64_t row0, int rows, int64_t total) {
@@ -504,6 +526,13 @@ CudaCausalLm::PackedStep CudaCausalLm::PackStep(absl::Span<const SeqTree> batch,
 absl::StatusOr<std::vector<std::vector<int32_t>>> CudaCausalLm::PrepareBatch(
     absl::Span<const SeqTree> batch) {
   RETURN_IF_ERROR(ValidateForwardBatch(config_, cache_, batch));
+  for (size_t b = 0; b < batch.size(); ++b) {
+    if (batch[b].bidirectional && static_cast<int>(batch[b].tokens.size()) > max_rows_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("batch entry ", b, ": a bidirectional tree of ", batch[b].tokens.size(),
+                       " nodes does not fit one chunk of ", max_rows_, " rows (max_rows)"));
+    }
+  }
   RETURN_IF_ERROR(ReserveForwardBatch(cache_, batch));
   std::vector<std::vector<int32_t>> depths;
   depths.reserve(batch.size());
@@ -527,6 +556,8 @@ absl::Status CudaCausalLm::RunChunks(
   };
   for (const int b : order) {
     const int n = static_cast<int>(batch[b].tokens.size());
+    // A bidirectional tree's nodes all see each other: one chunk holds it whole.
+    if (batch[b].bidirectional && chunk_rows + n > max_rows_) RETURN_IF_ERROR(flush());
     for (int node = batch[b].first_new; node < n;) {
       const int take = std::min(n - node, max_rows_ - chunk_rows);
       chunk.push_back({b, node, node + take});
@@ -566,9 +597,12 @@ absl::Status CudaCausalLm::RunChunk(absl::Span<const SeqTree> batch, absl::Span<
     }
     bool chain = true;
     for (int node = 0; node < p.end && chain; ++node) chain = s.parents[node] == node - 1;
-    if (!chain) {
+    if (s.bidirectional) {
+      masks[i] = AllVisibleMask(p.end);
+    } else if (!chain) {
       masks[i] = AncestorMask(absl::MakeConstSpan(s.parents).subspan(0, p.end));
     }
+    descs[i].bidirectional = s.bidirectional;
     descs[i].pages = pages[i];
     descs[i].prefix_len = s.committed_len;
     descs[i].num_nodes = p.end;
@@ -629,7 +663,8 @@ absl::Status ValidateOptions(const ModelConfig& c, const LmOptions& o, const Cud
                                                    c.num_kv_heads, " kv heads"));
   }
   for (const auto& [name, value] : {std::pair{"hidden_size", c.hidden_size},
-                                    std::pair{"intermediate_size", c.intermediate_size}}) {
+                                    std::pair{"intermediate_size", c.intermediate_size},
+                                    std::pair{"context_width", c.context_width}}) {
     if (value % 8 != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "CUDA backend: ", name, " ", value, " is not a multiple of 8 (16-byte GEMM rows)"));

@@ -24,6 +24,8 @@
 #include "common/model/causal_lm.h"
 #include "common/model/cpu_causal_lm.h"
 #include "common/model/cpu_test_util.h"
+#include "common/model/dflash_config.h"
+#include "common/model/dflash_weights.h"
 #include "common/model/dtype.h"
 #include "common/model/weights.h"
 #include "gtest/gtest.h"
@@ -555,6 +557,83 @@ TEST(CudaCausalLmTest, BadBatchesAreRefusedLikeTheCpu) {
 // LogSoftmax + TopKLogProbs) ranks from the same GPU logits: the same tokens, log-probs to float
 // rounding; every new row or the last of each entry; chunks (max_rows 3) that cut entries and
 // runs of wanted rows; k above the device limit falls back to the host path.
+// A DFlash drafter's body (models/tiny-dflash on its target's embedding and head): context
+// rows appended in chunks (AppendContext: fc, its norm, every layer's K/V), then bidirectional
+// blocks, two sequences' in one forward, on both backends. With max_rows 20 the 50-row append
+// runs in chunks and the second 16-node block cannot share the first's chunk (a block is never
+// split). Same tolerance as the models above.
+TEST(CudaCausalLmTest, DflashBlocksMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  const std::string root = TREESPEC_SOURCE_DIR;
+  absl::StatusOr<DflashConfig> dflash = LoadDflashConfig(root + "/models/tiny-dflash");
+  ASSERT_TRUE(dflash.ok()) << dflash.status();
+  DflashConfig config = *dflash;
+  ASSERT_TRUE(LoadDflashWeights(root + "/models/tiny-dflash", config, root + "/models/tiny-target")
+                  .ok());  // sets the body's tie_word_embeddings
+  const ModelConfig& body = config.body;
+  const WeightsFn weights = [config, root]() mutable {
+    return *LoadDflashWeights(root + "/models/tiny-dflash", config, root + "/models/tiny-target");
+  };
+  const int width = body.context_width, vocab = body.vocab_size;
+  std::mt19937 rng(8);
+  std::normal_distribution<float> normal(0.0f, 1.5f);
+  auto rows_of = [&](int n) {
+    TargetFeatures f{n, width, {}};
+    for (int i = 0; i < n * width; ++i) f.bf16.push_back(FloatToBf16Bits(normal(rng)));
+    return f;
+  };
+  auto block = [&](SeqId seq, int context, int32_t bonus, int n) {
+    return DflashBlock(config, seq, context, bonus, n);
+  };
+  for (int max_rows : {2048, 20}) {
+    SCOPED_TRACE(::testing::Message() << "max_rows " << max_rows);
+    Pair p = Build(body, weights, max_rows);
+    ASSERT_TRUE(p.cpu && p.gpu);
+    const SeqId c0 = p.cpu->CreateSequence(), c1 = p.cpu->CreateSequence();
+    const SeqId g0 = p.gpu->CreateSequence(), g1 = p.gpu->CreateSequence();
+    Comparison c;
+    int context0 = 0, context1 = 0;
+    for (const auto& [n0, n1] : {std::pair{50, 9}, std::pair{7, 1}, std::pair{3, 12}}) {
+      const TargetFeatures r0 = rows_of(n0), r1 = rows_of(n1);
+      ASSERT_TRUE(p.cpu->AppendContext(c0, context0, r0).ok());
+      ASSERT_TRUE(p.cpu->AppendContext(c1, context1, r1).ok());
+      absl::Status s = p.gpu->AppendContext(g0, context0, r0);
+      ASSERT_TRUE(s.ok()) << s;
+      ASSERT_TRUE(p.gpu->AppendContext(g1, context1, r1).ok());
+      context0 += n0;
+      context1 += n1;
+      const int32_t bonus = static_cast<int32_t>(rng() % vocab);
+      auto a = p.cpu->Forward({block(c0, context0, bonus, 16), block(c1, context1, bonus + 1, 8)});
+      auto b = p.gpu->Forward({block(g0, context0, bonus, 16), block(g1, context1, bonus + 1, 8)});
+      ASSERT_TRUE(a.ok() && b.ok()) << a.status() << " " << b.status();
+      Compare(*a, *b, vocab, 0.08, c);
+      // The device ranking of the same blocks: each depth's best token within a near-tie.
+      auto top = p.gpu->ForwardTopK({block(g0, context0, bonus, 16)}, 4, TopKRows::kAllNew);
+      ASSERT_TRUE(top.ok()) << top.status();
+      ASSERT_EQ(top->size(), 16u);
+      for (int r = 0; r < 16; ++r) {
+        const float* row = a->data() + static_cast<size_t>(r) * vocab;
+        const float best = *std::max_element(row, row + vocab);
+        EXPECT_GE(row[(*top)[r][0].token], best - 0.08 * std::fabs(best) - 0.1) << "row " << r;
+      }
+      for (CausalLm* lm : {p.cpu.get(), p.gpu.get()}) {
+        lm->Truncate(lm == p.cpu.get() ? c0 : g0, context0);
+        lm->Truncate(lm == p.cpu.get() ? c1 : g1, context1);
+      }
+    }
+    std::cerr << "DFlash blocks (max_rows " << max_rows << "): " << c.rows
+              << " rows, worst |gpu - cpu| " << c.worst_rel << " of the row scale, argmax differs in "
+              << c.argmax_differs << " (near-ties " << c.near_ties << ")\n";
+    EXPECT_LE(c.worst_rel, 0.04);
+    EXPECT_LE(c.near_ties, std::max(c.rows / 20, c.close_rows / 2));
+    // A block longer than a chunk is refused, not split.
+    if (max_rows == 20) {
+      EXPECT_EQ(p.gpu->Forward({block(g0, context0, 3, 21)}).status().code(),
+                absl::StatusCode::kInvalidArgument);
+    }
+  }
+}
+
 TEST(CudaCausalLmTest, DeviceTopKEqualsHostRanking) {
   SKIP_WITHOUT_GPU();
   ModelConfig config = testing::TinyTargetConfig();

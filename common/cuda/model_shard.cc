@@ -146,6 +146,12 @@ absl::Status ModelShard::Init(const TensorSource& source) {
   if (!c.tie_word_embeddings) {
     ASSIGN_OR_RETURN(lm_head_, make({"lm_head.weight"}));
   }
+  if (c.context_width > 0) {
+    ASSIGN_OR_RETURN(context_fc_, make({"fc.weight"}));
+    ASSIGN_OR_RETURN(context_norm_, make({"hidden_norm.weight"}));
+    ASSIGN_OR_RETURN(context_in_, DeviceBuffer<bf16>::Create(static_cast<size_t>(options_.max_rows) *
+                                                             c.context_width));
+  }
   for (int i = 0; i < c.num_layers; ++i) {
     const std::string p = absl::StrCat("model.layers.", i, ".");
     Layer l;
@@ -379,6 +385,50 @@ absl::Status ModelShard::Forward(const int32_t* meta, int rows,
   CUDA_RETURN_IF_ERROR(cudaEventRecord(staged_, stream_));
   RETURN_IF_ERROR(attention_->Prepare(descs, stream_));
   return graph ? LayersGraph(padded) : Layers(rows);
+}
+
+absl::Status ModelShard::AppendContext(const int32_t* meta, const uint16_t* rows, int num_rows) {
+  const ModelConfig& c = config_;
+  if (context_fc_.size() == 0) {
+    return absl::FailedPreconditionError("this model has no context projection");
+  }
+  if (num_rows < 1 || num_rows > options_.max_rows) {
+    return absl::InternalError(absl::StrCat("shard context of ", num_rows, " rows"));
+  }
+  const int hidden = c.hidden_size, d = c.head_dim;
+  const int hq = rank_.num_q_heads(), hkv = rank_.num_kv_heads();
+  RETURN_IF_ERROR(WaitStaged());  // the last upload has left meta_staging_
+  int32_t* m = meta_staging_.ints();
+  std::copy(meta, meta + 3 * num_rows, m);
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rows_meta_.data(), m, 3 * num_rows * sizeof(int32_t),
+                                       cudaMemcpyHostToDevice, stream_));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(staged_, stream_));
+  // Pageable memory: the copy has left `rows` when the call returns.
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(context_in_.data(), rows,
+                                       static_cast<size_t>(num_rows) * c.context_width * sizeof(bf16),
+                                       cudaMemcpyHostToDevice, stream_));
+  GemmArgs fc;
+  fc.m = num_rows;
+  fc.n = hidden;
+  fc.k = c.context_width;
+  fc.x = context_in_.data();
+  fc.w = context_fc_.data();
+  fc.y_bf16 = x_.data();
+  RETURN_IF_ERROR(gemm_->Run(fc, stream_));
+  CUDA_RETURN_IF_ERROR(LaunchRmsNorm(x_.data(), nullptr, context_norm_.data(), num_rows, hidden,
+                                     c.rms_norm_eps, h_.data(), stream_));
+  const int32_t* positions = rows_meta_.data() + num_rows;
+  const int32_t* slots = rows_meta_.data() + 2 * num_rows;
+  for (int l = 0; l < c.num_layers; ++l) {
+    Layer& w = layers_[l];
+    RETURN_IF_ERROR(RunLayerGemm(LayerGemmArgs(w, num_rows)[kQkvGemm]));  // qkv = c · Wqkvᵀ
+    CUDA_RETURN_IF_ERROR(LaunchKvWrite(
+        qkv_.data(), num_rows, hq, hkv, d, positions, slots, inv_freq_.data(),
+        c.rope_scaling.attention_factor, w.q_norm.size() > 0 ? w.q_norm.data() : nullptr,
+        w.k_norm.size() > 0 ? w.k_norm.data() : nullptr, c.rms_norm_eps, q_.data(), kv_.Layer(l),
+        stream_));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ModelShard::LayersGraph(int rows) {

@@ -143,6 +143,13 @@ class ModelShard {
   absl::Status SetFeatureLayers(const std::vector<int>& layers);
   const __nv_bfloat16* features() const { return features_.data(); }
 
+  // Context rows (CausalLm::AppendContext; the model has a context projection): `rows` rows of
+  // config.context_width bf16 values (host memory, copied before this returns) and `meta` =
+  // [3, rows] int32 (unused, positions, KV slots; host memory, copied before this returns):
+  // c = RMSNorm(rows · fcᵀ), then every layer's QKV GEMM of c and the K/V write of this rank's
+  // heads (the q it also makes is dropped). FAILED_PRECONDITION without a projection.
+  absl::Status AppendContext(const int32_t* meta, const uint16_t* rows, int num_rows);
+
   // Copies `bytes` of pinned host memory into step_in().
   absl::Status UploadStep(const void* host, size_t bytes);
   // The accept walk over the packed trees and the KV commit of the accepted paths (all layers,
@@ -215,6 +222,9 @@ class ModelShard {
   cudaEvent_t staged_ = nullptr;  // the last copy out of pinned host memory is done
 
   DeviceBuffer<__nv_bfloat16> embed_, final_norm_, lm_head_;  // lm_head_ empty when tied
+  // The context projection (config.context_width > 0, else empty): fc [hidden, width], its
+  // norm [hidden], and the rows of one AppendContext [max_rows, width].
+  DeviceBuffer<__nv_bfloat16> context_fc_, context_norm_, context_in_;
   std::vector<Layer> layers_;
   DeviceBuffer<float> inv_freq_;
   DeviceKvPool kv_;

@@ -33,12 +33,16 @@ absl::Status ValidateSeq(const AttnSeqDesc& s, int index, int page_size, int poo
                  ")");
     }
   }
-  if (s.ancestor_mask.empty()) return absl::OkStatus();
+  if (s.ancestor_mask.empty()) {
+    if (s.bidirectional) return bad("a bidirectional sequence needs a mask");
+    return absl::OkStatus();
+  }
   const int words = static_cast<int>(CeilDiv(s.num_nodes, 64));
   if (s.ancestor_mask.size() != static_cast<size_t>(s.num_nodes) * words) {
     return bad("ancestor mask has ", s.ancestor_mask.size(), " words, want ", s.num_nodes, " × ",
                words);
   }
+  if (s.bidirectional) return absl::OkStatus();  // any bits: every tile reads all n keys
   // Parents precede children, so row i may only have bits j <= i, and must have bit i: the
   // kernel bounds each tile's keys by its last node.
   for (int i = 0; i < s.num_nodes; ++i) {
@@ -158,7 +162,7 @@ absl::StatusOr<AttnPlan> PlanTreeAttention(absl::Span<const AttnSeqDesc> seqs,
       for (int row = 0; row < rows; row += tile_rows) {
         const int last_row = std::min(rows, row + tile_rows) - 1;
         const int last_node = s.first_query + last_row / per_node;
-        const int key_end = s.prefix_len + last_node + 1;
+        const int key_end = s.prefix_len + (s.bidirectional ? s.num_nodes : last_node + 1);
         tiles.push_back({static_cast<int>(b), h, row, rows, key_end});
         total_key_tiles += CeilDiv(key_end, kAttnTileKeys);
       }

@@ -52,6 +52,9 @@ struct AttnSeqDesc {
   // [n, ceil(n / 64)] ancestor bitmask (bit j of row i: j is i or an ancestor of i), or empty
   // for a chain (node i sees nodes 0..i: prefill and chain drafts).
   absl::Span<const uint64_t> ancestor_mask;
+  // The mask may set bits above the diagonal (a DFlash block: every node sees all n nodes), so
+  // every tile's keys run to L + n, not to its last node. Needs a mask.
+  bool bidirectional = false;
 };
 
 // What the kernel reads per sequence (device layout; 8 int32).

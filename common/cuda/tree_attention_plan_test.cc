@@ -357,6 +357,39 @@ TEST(TreeAttentionPlanTest, FewPartialSlotsMeanLongerSplits) {
   EXPECT_GT(plan->num_partials, 0);
 }
 
+// A bidirectional block (DFlash): the mask may see later nodes, and every tile's keys run to
+// L + n, its first rows' included; without a mask it is refused.
+TEST(TreeAttentionPlanTest, BidirectionalTilesReadTheWholeBlock) {
+  std::mt19937 rng(3);
+  Batch batch = MakeBatch({{100, 16, 0}}, 16, rng);
+  const std::vector<uint64_t> all = AllVisibleMask(16);
+  batch.descs[0].ancestor_mask = all;
+  const AttnHeads heads{32, 8, 4, 0};  // 4 q heads a KV head: 64 rows, one 64-row tile per head
+  auto plan = PlanTreeAttention(batch.descs, heads, 16, 100, kLimits, Split(1));
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << "bits above the diagonal";
+  batch.descs[0].bidirectional = true;
+  plan = PlanTreeAttention(batch.descs, heads, 16, 100, kLimits, Split(1));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  for (const AttnWorkItem& item : plan->items) EXPECT_EQ(item.key_end, 116);
+  // A chain's first tile would end at its last node: the 64 rows of a 16-node chain with 4 q
+  // heads a KV head are one tile, so compare a 32-row-per-head split of the block instead.
+  Batch chain = MakeBatch({{100, 16, 0}}, 16, rng);
+  chain.descs[0].ancestor_mask = {};
+  const AttnHeads wide{64, 8, 8, 0};  // 8 q heads a KV head: 128 rows, two 64-row tiles
+  auto causal = PlanTreeAttention(chain.descs, wide, 16, 100, kLimits, Split(1));
+  ASSERT_TRUE(causal.ok()) << causal.status();
+  plan = PlanTreeAttention(batch.descs, wide, 16, 100, kLimits, Split(1));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::set<int> causal_ends, block_ends;
+  for (const AttnWorkItem& item : causal->items) causal_ends.insert(item.key_end);
+  for (const AttnWorkItem& item : plan->items) block_ends.insert(item.key_end);
+  EXPECT_EQ(causal_ends, (std::set<int>{108, 116}));
+  EXPECT_EQ(block_ends, (std::set<int>{116}));
+  batch.descs[0].ancestor_mask = {};
+  EXPECT_EQ(PlanTreeAttention(batch.descs, heads, 16, 100, kLimits, Split(1)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(TreeAttentionPlanTest, MalformedBatchesNameTheProblem) {
   std::mt19937 rng(1);
   Batch batch = MakeBatch({{20, 5, 0}}, 16, rng);

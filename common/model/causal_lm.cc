@@ -112,6 +112,12 @@ absl::Status CausalLm::SetFeatureLayers(std::vector<int> layers) {
   return absl::OkStatus();
 }
 
+absl::Status CausalLm::AppendContext(SeqId /*seq*/, int /*committed_len*/,
+                                     const TargetFeatures& /*rows*/) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("the ", device(), " backend takes no context rows"));
+}
+
 absl::StatusOr<std::vector<float>> CausalLm::ForwardCapturing(absl::Span<const SeqTree> batch,
                                                               std::vector<uint16_t>* features) {
   if (features != nullptr) {

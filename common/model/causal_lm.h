@@ -28,6 +28,9 @@ struct SeqTree {
   // slots L..L+first_new-1); only nodes [first_new, n) are computed now. Lets a drafter grow a
   // tree depth by depth without recomputing it.
   int first_new = 0;
+  // DFlash's block: the nodes are a chain (parents[i] = i - 1, node i at position L + i) whose
+  // every node attends to all n nodes, later ones included (not causal). first_new must be 0.
+  bool bidirectional = false;
 };
 // Node i sits at position L + depth(i) (roots have depth 0) and its K/V goes to slot L + i. It
 // attends to slots [0, L) and to itself and its ancestors. A chain (parents[i] = i - 1) is
@@ -113,6 +116,15 @@ class CausalLm {
   // steps, not per step: a backend sizes its capture buffers here. INVALID_ARGUMENT unless the
   // layers are strictly ascending within [0, num_layers).
   virtual absl::Status SetFeatureLayers(std::vector<int> layers);
+  // A model with a context projection (config().context_width > 0, a DFlash drafter's body):
+  // appends rows.rows slots to `seq` after its committed_len slots whose K/V in every layer come
+  // from the rows, not from tokens: c = RMSNorm(row · context_fcᵀ) · context_norm, then per
+  // layer K = RoPE(k_norm(c · Wkᵀ)) and V = c · Wvᵀ at positions committed_len + i (no input
+  // norm; the same c feeds every layer). The slots count as committed: the next committed_len
+  // is committed_len + rows.rows. FAILED_PRECONDITION for a model without a projection;
+  // INVALID_ARGUMENT for rows of another width, an unknown sequence, a committed_len beyond its
+  // reserved slots or rows past the context; RESOURCE_EXHAUSTED when out of pages.
+  virtual absl::Status AppendContext(SeqId seq, int committed_len, const TargetFeatures& rows);
   const std::vector<int>& feature_layers() const { return feature_layers_; }
 
  protected:

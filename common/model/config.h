@@ -42,6 +42,10 @@ struct ModelConfig {
   bool qk_norm = false;              // Qwen3: RMSNorm over head_dim on q and k before RoPE
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;
+  // Width of the rows a context projection reads (a DFlash drafter's target features: target
+  // layers × target hidden); 0 = the model has none. Never set by config.json of a plain model:
+  // ParseDflashConfig sets it for a drafter's body (CausalLm::AppendContext).
+  int context_width = 0;
 };
 
 // Parses config.json text. Unknown architectures and fields that would change the math

@@ -103,6 +103,7 @@ class CpuCausalLm final : public CausalLm {
     CommitPath(cache_, pools_, seq, committed_len, path);
   }
   void Truncate(SeqId seq, int len) override { cache_.Truncate(seq, len); }
+  absl::Status AppendContext(SeqId seq, int committed_len, const TargetFeatures& rows) override;
 
  protected:
   absl::StatusOr<std::vector<float>> ForwardCapturing(absl::Span<const SeqTree> batch,
@@ -119,6 +120,13 @@ class CpuCausalLm final : public CausalLm {
   void Mlp(Rank& r, int num_rows, int layer) const;
   void LmHead(Rank& r, const BatchPlan& b) const;
   void CaptureFeatures(const Rank& r, const BatchPlan& b, int layer) const;
+  // Every layer's K/V of context rows c [rows, hidden] (AppendContext) for this rank's heads.
+  void ContextKv(Rank& r, const std::vector<float>& c, int rows, const std::vector<float>& cos,
+                 const std::vector<float>& sin, absl::Span<const int> slot_page,
+                 absl::Span<const int> slot_offset) const;
+  // k or v [rows, rank kv heads × head_dim] into the pool at the rows' slots.
+  void WriteKv(Rank& r, int layer, const float* k, const float* v, int rows,
+               absl::Span<const int> slot_page, absl::Span<const int> slot_offset) const;
 
   const ModelConfig config_;
   const LmOptions options_;
@@ -213,13 +221,7 @@ void CpuCausalLm::Attention(Rank& r, const BatchPlan& b, int layer) const {
   ApplyRope(b.rope_cos.data(), b.rope_sin.data(), m, hq, d, r.q.data());
   ApplyRope(b.rope_cos.data(), b.rope_sin.data(), m, hkv, d, r.k.data());
 
-  const size_t kv_width = static_cast<size_t>(hkv) * d;
-  for (int i = 0; i < m; ++i) {  // cache[L + node] = k, v
-    std::copy_n(r.k.data() + i * kv_width, kv_width,
-                r.kv->K(layer, b.slot_page[i], b.slot_offset[i]));
-    std::copy_n(r.v.data() + i * kv_width, kv_width,
-                r.kv->V(layer, b.slot_page[i], b.slot_offset[i]));
-  }
+  WriteKv(r, layer, r.k.data(), r.v.data(), m, b.slot_page, b.slot_offset);  // cache[L + i]
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   for (const BatchPlan::Seq& s : b.seqs) {
@@ -229,6 +231,40 @@ void CpuCausalLm::Attention(Rank& r, const BatchPlan& b, int layer) const {
                   r.q.data() + row0, r.attn.data() + row0, &r.attention);
   }
   MatMul(r.attn.data(), w.wo.data(), m, hidden, hq * d, r.out.data());  // out = attn · Woᵀ
+}
+
+void CpuCausalLm::WriteKv(Rank& r, int layer, const float* k, const float* v, int rows,
+                          absl::Span<const int> slot_page,
+                          absl::Span<const int> slot_offset) const {
+  const size_t kv_width = static_cast<size_t>(r.plan.num_kv_heads()) * config_.head_dim;
+  for (int i = 0; i < rows; ++i) {
+    std::copy_n(k + i * kv_width, kv_width, r.kv->K(layer, slot_page[i], slot_offset[i]));
+    std::copy_n(v + i * kv_width, kv_width, r.kv->V(layer, slot_page[i], slot_offset[i]));
+  }
+}
+
+// Per layer k = RoPE(k_norm(c · Wkᵀ + bk)), v = c · Wvᵀ + bv for this rank's KV heads.
+void CpuCausalLm::ContextKv(Rank& r, const std::vector<float>& c, int rows,
+                            const std::vector<float>& cos, const std::vector<float>& sin,
+                            absl::Span<const int> slot_page,
+                            absl::Span<const int> slot_offset) const {
+  const int hidden = config_.hidden_size, d = config_.head_dim, hkv = r.plan.num_kv_heads();
+  r.k.resize(static_cast<size_t>(rows) * hkv * d);
+  r.v.resize(static_cast<size_t>(rows) * hkv * d);
+  for (int l = 0; l < config_.num_layers; ++l) {
+    const LayerWeights& w = r.w.layers[l];
+    MatMul(c.data(), w.wk.data(), rows, hkv * d, hidden, r.k.data());
+    MatMul(c.data(), w.wv.data(), rows, hkv * d, hidden, r.v.data());
+    if (config_.qkv_bias) {
+      AddBias(w.bk.data(), rows, hkv * d, r.k.data());
+      AddBias(w.bv.data(), rows, hkv * d, r.v.data());
+    }
+    if (config_.qk_norm) {
+      RmsNorm(r.k.data(), w.k_norm.data(), rows * hkv, d, config_.rms_norm_eps, r.k.data());
+    }
+    ApplyRope(cos.data(), sin.data(), rows, hkv, d, r.k.data());
+    WriteKv(r, l, r.k.data(), r.v.data(), rows, slot_page, slot_offset);
+  }
 }
 
 // out [M, hidden] = down(silu(gate(h)) * up(h)) over this rank's MLP columns.
@@ -286,7 +322,8 @@ void CpuCausalLm::BuildPlan(absl::Span<const SeqTree> batch, BatchPlan& plan) co
   for (const SeqTree& s : batch) {
     BatchPlan::Seq seq;
     seq.pages = cache_.Pages(s.seq);
-    seq.mask = AncestorMask(s.parents);
+    seq.mask = s.bidirectional ? AllVisibleMask(static_cast<int>(s.tokens.size()))
+                               : AncestorMask(s.parents);
     seq.committed_len = s.committed_len;
     seq.num_nodes = static_cast<int>(s.tokens.size());
     seq.first_new = s.first_new;
@@ -328,6 +365,35 @@ absl::StatusOr<std::vector<float>> CpuCausalLm::ForwardCapturing(absl::Span<cons
   plan.logits = logits.data();
   threads_->Run([&](int rank) { RankForward(*ranks_[rank], plan); });
   return logits;
+}
+
+absl::Status CpuCausalLm::AppendContext(SeqId seq, int committed_len,
+                                        const TargetFeatures& rows) {
+  RETURN_IF_ERROR(ReserveContextRows(config_, cache_, seq, committed_len, rows));
+  const int n = rows.rows, hidden = config_.hidden_size, ps = options_.kv_page_size;
+  if (n == 0) return absl::OkStatus();
+  // c = RMSNorm(rows · fcᵀ): the same on every rank (each holds the whole projection).
+  const ModelWeights& w = ranks_[0]->w;
+  std::vector<float> x(rows.bf16.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = Bf16BitsToFloat(rows.bf16[i]);
+  std::vector<float> c(static_cast<size_t>(n) * hidden);
+  MatMul(x.data(), w.context_fc.data(), n, hidden, rows.width, c.data());
+  RmsNorm(c.data(), w.context_norm.data(), n, hidden, config_.rms_norm_eps, c.data());
+  const std::vector<int> pages = cache_.Pages(seq);
+  std::vector<int> positions(n), slot_page(n), slot_offset(n);
+  for (int i = 0; i < n; ++i) {
+    const int slot = committed_len + i;
+    positions[i] = slot;
+    slot_page[i] = pages[slot / ps];
+    slot_offset[i] = slot % ps;
+  }
+  const int half = config_.head_dim / 2;
+  std::vector<float> cos(static_cast<size_t>(n) * half), sin(cos.size());
+  RopeTables(inv_freq_, config_.rope_scaling.attention_factor, positions, cos.data(), sin.data());
+  threads_->Run([&](int rank) {
+    ContextKv(*ranks_[rank], c, n, cos, sin, slot_page, slot_offset);
+  });
+  return absl::OkStatus();
 }
 
 absl::Status ValidateConfig(const ModelConfig& c, const LmOptions& o) {

@@ -1,9 +1,9 @@
-# The DFlash drafter's model (arXiv 2602.06036): its config.json, weights (its own and the
-# target's embedding and head) and the CPU forward. Included from common/model/CMakeLists.txt.
+# The DFlash drafter's model (arXiv 2602.06036): its config.json and weights (its own and the
+# target's embedding and head); a CausalLm of its body runs it. Included from
+# common/model/CMakeLists.txt.
 add_library(treespec_dflash
   ${CMAKE_CURRENT_LIST_DIR}/dflash_config.cc
-  ${CMAKE_CURRENT_LIST_DIR}/dflash_weights.cc
-  ${CMAKE_CURRENT_LIST_DIR}/dflash_model.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/dflash_weights.cc)
 target_include_directories(treespec_dflash PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(treespec_dflash
   PUBLIC treespec_model treespec_model_io treespec_tree absl::status absl::statusor

@@ -1,5 +1,6 @@
 #include "common/model/dflash_config.h"
 
+#include <numeric>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -28,6 +29,19 @@ absl::StatusOr<std::optional<int>> IntField(const Json& object, const std::strin
 }
 
 }  // namespace
+
+SeqTree DflashBlock(const DflashConfig& config, SeqId seq, int context_rows, int32_t bonus,
+                    int size) {
+  SeqTree t;
+  t.seq = seq;
+  t.committed_len = context_rows;
+  t.tokens.assign(size, config.mask_token_id);
+  t.tokens[0] = bonus;
+  t.parents.resize(size);
+  std::iota(t.parents.begin(), t.parents.end(), -1);
+  t.bidirectional = true;
+  return t;
+}
 
 absl::StatusOr<DflashConfig> ParseDflashConfig(const std::string& json_text) {
   const Json root = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
@@ -87,6 +101,7 @@ absl::StatusOr<DflashConfig> ParseDflashConfig(const std::string& json_text) {
                    "expected the target's layer count (which target the drafter was trained for)");
   }
   c.target_num_layers = **n;
+  c.body.context_width = static_cast<int>(c.target_layers.size()) * c.body.hidden_size;
   if (!LayersAscendingWithin(c.target_layers, c.target_num_layers)) {
     return Invalid("dflash_config.target_layer_ids",
                    absl::StrCat("[", absl::StrJoin(c.target_layers, ", "),

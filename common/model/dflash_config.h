@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/model/causal_lm.h"
 #include "common/model/config.h"
 #include "common/tree/draft_context.h"
 
@@ -17,7 +18,9 @@ namespace treespec {
 
 struct DflashConfig {
   // The draft layers, as a Qwen3 decoder would read them (num_layers = draft layers; its
-  // vocab_size and hidden_size are the target's).
+  // vocab_size and hidden_size are the target's), with a context projection as wide as a
+  // feature row (context_width = target layers × hidden): a CausalLm of this config runs the
+  // drafter (CausalLm::AppendContext for the context, a bidirectional SeqTree for the block).
   ModelConfig body;
   std::vector<int> target_layers;  // target layers whose outputs make a feature row
   int target_num_layers = 0;       // the target's layer count
@@ -29,6 +32,12 @@ struct DflashConfig {
     return {target_layers, body.hidden_size, target_num_layers, body.vocab_size};
   }
 };
+
+// The tree of one DFlash step: the block [bonus, MASK × (size - 1)] after the `context_rows`
+// slots of `seq`, bidirectional (SeqTree::bidirectional); rows 1 .. size - 1 of its forward are
+// the marginals of depths 1 .. size - 1.
+SeqTree DflashBlock(const DflashConfig& config, SeqId seq, int context_rows, int32_t bonus,
+                    int size);
 
 // Parses config.json text. Errors name the field; variants this drafter does not implement
 // (DFlash2's convolutions and selector, sliding-window or causal draft attention) are

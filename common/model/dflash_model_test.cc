@@ -1,15 +1,19 @@
 // The DFlash drafter on the CPU: its config.json and weights load (and bad ones are refused
-// naming the field or tensor), and its block logits match PyTorch with Transformers' Qwen3
-// modules (tools/dflash_reference.py) for context appended in chunks, as sessions append it.
-#include "common/model/dflash_model.h"
-
+// naming the field or tensor), and a CPU CausalLm of its body — context rows appended in
+// chunks as sessions append them (AppendContext), then the block as a bidirectional tree —
+// gives the block logits of PyTorch with Transformers' Qwen3 modules (tools/dflash_reference.py).
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <string>
 #include <vector>
 
+#include "common/model/cpu_causal_lm.h"
+#include "common/model/dflash_config.h"
+#include "common/model/dflash_weights.h"
+#include "common/model/dtype.h"
 #include "common/model/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -76,7 +80,7 @@ TEST(DflashWeightsTest, ATargetOfAnotherShapeOrAnExtraTensorIsRefused) {
   const std::string drafter = Source("tests/data/models/dflash_random");
   absl::StatusOr<DflashConfig> c = LoadDflashConfig(drafter);
   ASSERT_TRUE(c.ok()) << c.status();
-  absl::StatusOr<DflashWeights> w =
+  absl::StatusOr<ModelWeights> w =
       LoadDflashWeights(drafter, *c, Source("tests/data/models/qwen3_qknorm"));
   EXPECT_EQ(w.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(w.status().message()),
@@ -87,7 +91,6 @@ TEST(DflashWeightsTest, ATargetOfAnotherShapeOrAnExtraTensorIsRefused) {
   std::filesystem::create_directories(dir);
   std::filesystem::copy_file(drafter + "/config.json", dir + "/config.json",
                              std::filesystem::copy_options::overwrite_existing);
-  DflashWeights weights;
   std::vector<std::pair<std::string, const Tensor*>> tensors;
   w = LoadDflashWeights(drafter, *c, Source("models/tiny-target"));
   ASSERT_TRUE(w.ok()) << w.status();
@@ -106,18 +109,37 @@ TEST(DflashWeightsTest, ATargetOfAnotherShapeOrAnExtraTensorIsRefused) {
   std::filesystem::remove_all(dir);
 }
 
+// The drafter as a CPU CausalLm (what LoadDflashLm makes on --device=cpu).
+struct CpuDflash {
+  DflashConfig config;
+  std::unique_ptr<CausalLm> lm;
+};
+CpuDflash LoadCpuDflash(const std::string& drafter, const std::string& target) {
+  CpuDflash d;
+  absl::StatusOr<DflashConfig> config = LoadDflashConfig(drafter);
+  EXPECT_TRUE(config.ok()) << config.status();
+  d.config = *config;
+  absl::StatusOr<ModelWeights> weights = LoadDflashWeights(drafter, d.config, target);
+  EXPECT_TRUE(weights.ok()) << weights.status();
+  absl::StatusOr<std::unique_ptr<CausalLm>> lm =
+      CreateCpuCausalLm(d.config.body, *std::move(weights), LmOptions{.max_batch = 2});
+  EXPECT_TRUE(lm.ok()) << lm.status();
+  d.lm = *std::move(lm);
+  return d;
+}
+
 TEST(DflashModelTest, BlockLogitsMatchPyTorch) {
   const Json ref = ReadJson(Source("tests/data/dflash_reference.json"));
-  absl::StatusOr<std::unique_ptr<CpuDflashModel>> model =
-      CpuDflashModel::Load(Source(ref["drafter"]), Source(ref["target"]));
-  ASSERT_TRUE(model.ok()) << model.status();
+  CpuDflash d = LoadCpuDflash(Source(ref["drafter"]), Source(ref["target"]));
+  ASSERT_NE(d.lm, nullptr);
   const std::vector<int> probes = ref["probe_ids"].get<std::vector<int>>();
-  const int width = (*model)->config().features().width();
-  const int vocab = (*model)->config().body.vocab_size;
+  const int width = d.config.features().width();
+  const int vocab = d.config.body.vocab_size;
   double worst = 0;
   int blocks = 0;
   for (const Json& c : ref["cases"]) {
-    DflashContext context;
+    const SeqId seq = d.lm->CreateSequence();
+    int context = 0;
     for (size_t step = 0; step < c["chunks"].size(); ++step) {
       TargetFeatures rows;
       for (const Json& row : c["chunks"][step]) {
@@ -125,15 +147,18 @@ TEST(DflashModelTest, BlockLogitsMatchPyTorch) {
         ++rows.rows;
       }
       rows.width = width;
-      ASSERT_TRUE((*model)->Append(context, rows).ok());
+      ASSERT_TRUE(d.lm->AppendContext(seq, context, rows).ok());
+      context += rows.rows;
       const Json& b = c["blocks"][step];
+      const int block = b["block"].get<int>();
       absl::StatusOr<std::vector<float>> logits =
-          (*model)->BlockLogits(context, b["bonus"].get<int>(), b["block"].get<int>());
+          d.lm->Forward({DflashBlock(d.config, seq, context, b["bonus"].get<int>(), block)});
       ASSERT_TRUE(logits.ok()) << logits.status();
-      const int n = b["block"].get<int>() - 1;
-      ASSERT_EQ(logits->size(), static_cast<size_t>(n) * vocab);
+      d.lm->Truncate(seq, context);
+      const int n = block - 1;
+      ASSERT_EQ(logits->size(), static_cast<size_t>(block) * vocab);
       for (int r = 0; r < n; ++r) {
-        const float* row = logits->data() + static_cast<size_t>(r) * vocab;
+        const float* row = logits->data() + static_cast<size_t>(r + 1) * vocab;
         double scale = 0;
         for (int v = 0; v < vocab; ++v) scale = std::max(scale, std::fabs(double{row[v]}));
         for (size_t p = 0; p < probes.size(); ++p) {
@@ -152,6 +177,7 @@ TEST(DflashModelTest, BlockLogitsMatchPyTorch) {
       }
       ++blocks;
     }
+    d.lm->FreeSequence(seq);
   }
   EXPECT_EQ(blocks, 4);
   EXPECT_LT(worst, 1e-4) << "worst logit error of the row's scale";
@@ -160,19 +186,57 @@ TEST(DflashModelTest, BlockLogitsMatchPyTorch) {
 }
 
 TEST(DflashModelTest, BadInputIsRefused) {
-  absl::StatusOr<std::unique_ptr<CpuDflashModel>> model =
-      CpuDflashModel::Load(Source("tests/data/models/dflash_random"), Source("models/tiny-target"));
-  ASSERT_TRUE(model.ok()) << model.status();
-  DflashContext context;
+  CpuDflash d =
+      LoadCpuDflash(Source("tests/data/models/dflash_random"), Source("models/tiny-target"));
+  ASSERT_NE(d.lm, nullptr);
+  const SeqId seq = d.lm->CreateSequence();
   TargetFeatures narrow{1, 256, std::vector<uint16_t>(256, 0)};
-  EXPECT_THAT(std::string((*model)->Append(context, narrow).message()),
-              HasSubstr("rows are 256 values wide; this drafter reads 512"));
-  EXPECT_EQ((*model)->BlockLogits(context, 4096, 8).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ((*model)->BlockLogits(context, 5, 1).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  absl::Status s = d.lm->AppendContext(seq, 0, narrow);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("this model reads rows of width 512"));
+  TargetFeatures row{1, 512, std::vector<uint16_t>(512, 0)};
+  EXPECT_EQ(d.lm->AppendContext(seq + 100, 0, row).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(d.lm->AppendContext(seq, 5, row).code(), absl::StatusCode::kInvalidArgument)
+      << "past the reserved slots";
+  // A bidirectional tree must be a chain computed whole.
+  SeqTree block = DflashBlock(d.config, seq, 0, 5, 4);
+  block.parents[2] = 0;
+  EXPECT_THAT(std::string(d.lm->Forward({block}).status().message()),
+              HasSubstr("a bidirectional tree is a chain"));
+  block = DflashBlock(d.config, seq, 0, 5, 4);
+  block.first_new = 1;
+  EXPECT_EQ(d.lm->Forward({block}).status().code(), absl::StatusCode::kInvalidArgument);
   // An empty context still drafts (the block attends to itself).
-  EXPECT_TRUE((*model)->BlockLogits(context, 5, 4).ok());
+  EXPECT_TRUE(d.lm->Forward({DflashBlock(d.config, seq, 0, 5, 4)}).ok());
+  // A model without a context projection takes no context rows.
+  absl::StatusOr<std::unique_ptr<CausalLm>> target =
+      LoadCpuCausalLm(Source("models/tiny-target"), LmOptions{.max_batch = 1});
+  ASSERT_TRUE(target.ok());
+  const SeqId t = (*target)->CreateSequence();
+  EXPECT_EQ((*target)->AppendContext(t, 0, row).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// A bidirectional block sees later nodes: its first row differs from the causal forward's,
+// whose first row sees only itself; and equals the causal forward when the block is one node.
+TEST(DflashModelTest, BidirectionalBlocksSeeTheWholeBlock) {
+  CpuDflash d =
+      LoadCpuDflash(Source("tests/data/models/dflash_random"), Source("models/tiny-target"));
+  ASSERT_NE(d.lm, nullptr);
+  const SeqId seq = d.lm->CreateSequence();
+  TargetFeatures rows{3, 512, {}};
+  for (int i = 0; i < 3 * 512; ++i) rows.bf16.push_back(FloatToBf16Bits(0.01f * (i % 97) - 0.4f));
+  ASSERT_TRUE(d.lm->AppendContext(seq, 0, rows).ok());
+  const int vocab = d.config.body.vocab_size;
+  auto first_row = [&](bool bidirectional, int n) {
+    SeqTree block = DflashBlock(d.config, seq, 3, 7, n);
+    block.bidirectional = bidirectional;
+    absl::StatusOr<std::vector<float>> logits = d.lm->Forward({block});
+    EXPECT_TRUE(logits.ok()) << logits.status();
+    d.lm->Truncate(seq, 3);
+    return std::vector<float>(logits->begin(), logits->begin() + vocab);
+  };
+  EXPECT_NE(first_row(true, 4), first_row(false, 4));
+  EXPECT_EQ(first_row(true, 1), first_row(false, 1));
 }
 
 }  // namespace

@@ -6,7 +6,7 @@
 
 namespace treespec {
 
-void ForEachDflashTensor(const DflashConfig& config, DflashWeights& w,
+void ForEachDflashTensor(const DflashConfig& config, ModelWeights& w,
                          const std::function<void(TensorSlot&)>& fn) {
   const ModelConfig& c = config.body;
   const int64_t hidden = c.hidden_size;
@@ -19,18 +19,18 @@ void ForEachDflashTensor(const DflashConfig& config, DflashWeights& w,
     ForEachLayerTensor(c, absl::StrCat("layers.", i, "."), w.layers[i], fn);
   }
   visit("norm.weight", {hidden}, &w.final_norm);
-  visit("fc.weight", {hidden, static_cast<int64_t>(config.target_layers.size()) * hidden}, &w.fc);
-  visit("hidden_norm.weight", {hidden}, &w.hidden_norm);
+  visit("fc.weight", {hidden, c.context_width}, &w.context_fc);
+  visit("hidden_norm.weight", {hidden}, &w.context_norm);
 }
 
-absl::StatusOr<DflashWeights> LoadDflashWeights(const std::string& drafter_dir,
-                                                const DflashConfig& config,
-                                                const std::string& target_dir) {
+absl::StatusOr<ModelWeights> LoadDflashWeights(const std::string& drafter_dir,
+                                               DflashConfig& config,
+                                               const std::string& target_dir) {
   ASSIGN_OR_RETURN(ModelConfig target, LoadModelConfig(target_dir));
   RETURN_IF_ERROR(CheckFeatureTarget(config.features(), target.hidden_size, target.num_layers,
                                      target.vocab_size,
                                      absl::StrCat("the DFlash drafter in ", drafter_dir)));
-  DflashWeights w;
+  ModelWeights w;
   ASSIGN_OR_RETURN(
       std::vector<std::string> extra,
       LoadTensorSlots(drafter_dir, [&](const auto& fn) { ForEachDflashTensor(config, w, fn); }));
@@ -50,6 +50,7 @@ absl::StatusOr<DflashWeights> LoadDflashWeights(const std::string& drafter_dir,
   RETURN_IF_ERROR(LoadTensorSlots(target_dir, [&](const auto& fn) {
                     for (TensorSlot& slot : slots) fn(slot);
                   }).status());
+  config.body.tie_word_embeddings = target.tie_word_embeddings;
   return w;
 }
 

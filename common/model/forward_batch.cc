@@ -43,6 +43,19 @@ absl::Status ValidateForwardBatch(const ModelConfig& config, PagedKvCache& cache
       return absl::InvalidArgumentError(
           absl::StrCat(where, "first_new ", s.first_new, " out of range [0, ", n, "]"));
     }
+    if (s.bidirectional) {
+      if (s.first_new != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, "a bidirectional tree is computed whole (first_new ",
+                         s.first_new, ", want 0)"));
+      }
+      for (int i = 0; i < n; ++i) {
+        if (s.parents[i] != i - 1) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              where, "a bidirectional tree is a chain, but node ", i, " has parent ", s.parents[i]));
+        }
+      }
+    }
     const int reserved = cache.num_reserved_slots(s.seq);
     if (s.committed_len < 0 || s.committed_len + s.first_new > reserved) {
       return absl::InvalidArgumentError(
@@ -56,6 +69,37 @@ absl::Status ValidateForwardBatch(const ModelConfig& config, PagedKvCache& cache
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status ReserveContextRows(const ModelConfig& config, PagedKvCache& cache, SeqId seq,
+                                int committed_len, const TargetFeatures& rows) {
+  const std::string where = absl::StrCat("context rows of sequence ", seq, ": ");
+  if (config.context_width == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, "this model has no context projection (not a DFlash drafter)"));
+  }
+  if (rows.width != config.context_width ||
+      rows.bf16.size() != static_cast<size_t>(rows.rows) * rows.width) {
+    return absl::InvalidArgumentError(absl::StrCat(where, rows.rows, " rows of width ", rows.width,
+                                                   " in ", rows.bf16.size(),
+                                                   " values; this model reads rows of width ",
+                                                   config.context_width));
+  }
+  if (!cache.Reserve(seq, 0).ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, "unknown sequence"));
+  }
+  const int reserved = cache.num_reserved_slots(seq);
+  if (committed_len < 0 || committed_len > reserved) {
+    return absl::InvalidArgumentError(absl::StrCat(where, "committed_len ", committed_len,
+                                                   " outside the sequence's ", reserved,
+                                                   " reserved slots"));
+  }
+  if (static_cast<int64_t>(committed_len) + rows.rows > config.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat(where, "committed_len ", committed_len, " + ",
+                                                   rows.rows, " rows exceeds the context of ",
+                                                   config.max_position_embeddings, " tokens"));
+  }
+  return cache.Reserve(seq, committed_len + rows.rows);
 }
 
 absl::Status ReserveForwardBatch(PagedKvCache& cache, absl::Span<const SeqTree> batch) {

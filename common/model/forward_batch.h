@@ -14,9 +14,15 @@ namespace treespec {
 // INVALID_ARGUMENT naming the batch entry and field for: a sequence twice or unknown, an empty
 // tree, tokens/parents of different lengths, a token outside [0, vocab), a parent outside
 // [-1, i), first_new outside [0, n], committed_len + first_new beyond the reserved slots, or
-// committed_len + n beyond the model's context.
+// committed_len + n beyond the model's context, and a bidirectional tree that is not a chain
+// or has first_new > 0.
 absl::Status ValidateForwardBatch(const ModelConfig& config, PagedKvCache& cache,
                                   absl::Span<const SeqTree> batch);
+
+// CausalLm::AppendContext's checks (its errors), then reserves slots [0, committed_len +
+// rows.rows) of `seq`.
+absl::Status ReserveContextRows(const ModelConfig& config, PagedKvCache& cache, SeqId seq,
+                                int committed_len, const TargetFeatures& rows);
 
 // Reserves slots [0, L + n) of every sequence, all or nothing (RESOURCE_EXHAUSTED when the
 // pool runs out; the sequences reserved so far are truncated back).

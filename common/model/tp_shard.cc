@@ -90,6 +90,7 @@ absl::StatusOr<TpSlice> TpSliceOf(const ModelConfig& config, const std::string& 
   }
   if (ends("down_proj.weight")) return TpSlice{Axis::kColumns, p.mlp_begin, p.mlp_end};
   if (ends("layernorm.weight") || ends("norm.weight")) return TpSlice{};
+  if (name == "fc.weight") return TpSlice{};
   return absl::InternalError(absl::StrCat("no tensor-parallel rule for ", name));
 }
 

@@ -5,7 +5,9 @@
 //   column-parallel (rows of [out, in]):  q/k/v_proj (+ bias), gate_proj, up_proj
 //   row-parallel (columns of [out, in]):  o_proj, down_proj
 //   vocab-parallel (rows):                embed_tokens, lm_head (tied: the embed slice serves)
-//   replicated:                           every RMSNorm weight (layer, q/k, final)
+//   replicated:                           every RMSNorm weight (layer, q/k, final) and the
+//                                         context projection's fc (every rank projects the K/V
+//                                         of its heads from the whole context row)
 #ifndef TREESPEC_COMMON_MODEL_TP_SHARD_H_
 #define TREESPEC_COMMON_MODEL_TP_SHARD_H_
 

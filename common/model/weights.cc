@@ -44,6 +44,8 @@ void ForEachTensor(const ModelConfig& c, ModelWeights& w,
   }
   visit("model.norm.weight", {hidden}, true, &w.final_norm);
   visit("lm_head.weight", {c.vocab_size, hidden}, !c.tie_word_embeddings, &w.lm_head);
+  visit("fc.weight", {hidden, c.context_width}, c.context_width > 0, &w.context_fc);
+  visit("hidden_norm.weight", {hidden}, c.context_width > 0, &w.context_norm);
 }
 
 }  // namespace treespec

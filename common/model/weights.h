@@ -35,6 +35,10 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;  // [num_layers]
   Tensor final_norm;  // [hidden]
   Tensor lm_head;     // [vocab, hidden]; empty when tie_word_embeddings (use embed)
+  // The context projection (config.context_width > 0; DFlash's "fc" and "hidden_norm"): a
+  // context row c = RMSNorm(row · context_fcᵀ) · context_norm feeds every layer's K/V.
+  Tensor context_fc;    // [hidden, context_width]
+  Tensor context_norm;  // [hidden]
 };
 
 // Describes one tensor slot for the loader, the random-model writer and the TP sharder:

@@ -77,6 +77,15 @@ std::vector<int32_t> NodeDepths(absl::Span<const int32_t> parents) {
   return depth;
 }
 
+std::vector<uint64_t> AllVisibleMask(int n) {
+  const int words = (n + 63) / 64;
+  std::vector<uint64_t> mask(static_cast<size_t>(n) * words, ~uint64_t{0});
+  if (n % 64 != 0) {
+    for (int i = 0; i < n; ++i) mask[static_cast<size_t>(i) * words + words - 1] >>= 64 - n % 64;
+  }
+  return mask;
+}
+
 std::vector<uint64_t> AncestorMask(absl::Span<const int32_t> parents) {
   const size_t n = parents.size();
   const size_t words = (n + 63) / 64;

@@ -37,6 +37,9 @@ std::vector<int32_t> NodeDepths(absl::Span<const int32_t> parents);
 // Ancestor bitmask: row i has bit j set iff j is i or an ancestor of i.
 // [n, words_per_row] with words_per_row = ceil(n / 64).
 std::vector<uint64_t> AncestorMask(absl::Span<const int32_t> parents);
+// The same layout with bits 0..n-1 of every row set: every node sees all n nodes (a
+// bidirectional block, SeqTree::bidirectional).
+std::vector<uint64_t> AllVisibleMask(int n);
 
 // The walk (DESIGN §3 step 4): from node 0, move to the child whose token equals choice[cur];
 // returns the accepted path [0, c1, ..., ck]. The emitted tokens are tokens[c1..ck] followed by

@@ -98,6 +98,20 @@ std::vector<uint64_t> NaiveAncestorMask(const std::vector<int32_t>& parents) {
   return mask;
 }
 
+TEST(AllVisibleMaskTest, EveryRowSeesExactlyTheNNodes) {
+  for (int n : {1, 5, 63, 64, 65, 130}) {
+    const std::vector<uint64_t> mask = AllVisibleMask(n);
+    const int words = (n + 63) / 64;
+    ASSERT_EQ(mask.size(), static_cast<size_t>(n) * words) << n;
+    for (int i = 0; i < n; ++i) {
+      for (int j = 0; j < words * 64; ++j) {
+        const bool bit = (mask[static_cast<size_t>(i) * words + j / 64] >> (j % 64)) & 1;
+        ASSERT_EQ(bit, j < n) << "n " << n << " row " << i << " bit " << j;
+      }
+    }
+  }
+}
+
 TEST(AncestorMaskTest, SmallTree) {
   // 0 -> 1 -> 2, 0 -> 3
   std::vector<uint64_t> mask = AncestorMask(std::vector<int32_t>{-1, 0, 1, 0});
