@@ -38,11 +38,12 @@ start_service VERIFIER "$out/verifier.log" \
 echo "drafter ($drafter_device) at $DRAFTER_ADDR, verifier ($verifier_device) at $VERIFIER_ADDR"
 
 modes=${MODES:-dflash draft_model off}
+export DFLASH_SPEC=${DFLASH_SPEC:---tree_budget=64 --max_depth=15} DRAFT_SPEC=${DRAFT_SPEC:-}
 for concurrency in 1 "$batch"; do
   for mode in $modes; do
     spec=""
-    [ "$mode" = dflash ] && spec=${DFLASH_SPEC:---tree_budget=64 --max_depth=15}
-    [ "$mode" = draft_model ] && spec=${DRAFT_SPEC:-}
+    [ "$mode" = dflash ] && spec=$DFLASH_SPEC
+    [ "$mode" = draft_model ] && spec=$DRAFT_SPEC
     # One warm-up request, then the timed run.
     $run $bin/treespec-cli generate --target="$VERIFIER_ADDR" --mode=$mode --quiet \
       --prompts_file=tests/data/heldout_prompts.jsonl --limit=1 --max_new_tokens=16 \
@@ -70,7 +71,8 @@ for c in (1, batch):
     for mode in modes:
         rows[(mode, c)] = load(f"treespec_{mode}_c{c}.json")
 hf = load("hf.json") or {}
-summary = {"batch": batch}
+summary = {"batch": batch, "dflash_spec": os.environ["DFLASH_SPEC"],
+           "draft_spec": os.environ["DRAFT_SPEC"]}
 print()
 print(f"{'system':44s} {'batch':>5s} {'tok/s':>9s} {'MAL':>5s}")
 for (mode, c), r in rows.items():

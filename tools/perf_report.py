@@ -169,7 +169,8 @@ class Report:
         b = doc["batch"]
         rows = []
         for c in (1, b):
-            for mode, label in (("draft_model", "speculation on (draft-model tree)"),
+            for mode, label in (("dflash", "speculation on (DFlash + DDTree)"),
+                                ("draft_model", "speculation on (draft-model tree)"),
                                 ("off", "speculation off")):
                 key = f"treespec_{mode}_c{c}"
                 if f"{key}_tokens_per_s" in doc:
@@ -183,12 +184,14 @@ class Report:
                 rows.append([label, c, f"{doc[key]:,.0f}", "—"])
         self.section(
             "End to end: the tiny pair through the services vs Transformers",
-            "models/tiny-target verified, models/tiny-draft drafting (both on the one GPU), as "
-            "separate processes over gRPC on loopback; 12 held-out prompts, 128 new tokens each, "
-            "EOS ignored; Transformers runs the same checkpoints in bf16 (bench/hf_baseline.py). "
-            "The tiny target (6 layers × 256) costs about what a draft does, so here speculation "
-            "measures the serving path, not its gain: on such a pair it is slower than plain "
-            "decoding.",
+            "models/tiny-target verified, models/tiny-dflash (DDTree, "
+            f"`{doc.get('dflash_spec', 'defaults')}`) or models/tiny-draft (its tree, "
+            f"`{doc.get('draft_spec') or 'defaults'}`) drafting, both services on the one GPU, "
+            "as separate processes over gRPC on loopback; 12 held-out prompts, 128 new tokens "
+            "each, EOS ignored; Transformers runs the same checkpoints in bf16 "
+            "(bench/hf_baseline.py). The tiny target (6 layers × 256) costs about what a draft "
+            "does, so here speculation measures the serving path and the drafter's own cost, not "
+            "the gain a large target gives.",
             self.gpu, "e2e", None, ["system", "concurrency", "tok/s", "mean acceptance length"],
             rows)
         if "speedup_vs_hf_assisted_batch1" in doc:
@@ -202,6 +205,13 @@ class Report:
                             f"Tiny pair end to end, {c} concurrent, speculation on",
                             f"{on:,.0f} tok/s",
                             f"{on / off:.2f}× speculation off; {doc[peer]:.0f}× {peer_name}")
+
+        for c in (1, b):
+            if f"dflash_over_draft_model_c{c}" in doc:
+                self.figure(self.gpu, "e2e", f"DFlash + DDTree vs the draft model, {c} concurrent",
+                            f"{doc[f'treespec_dflash_c{c}_tokens_per_s']:,.0f} tok/s",
+                            f"{doc[f'dflash_over_draft_model_c{c}']:.2f}× the draft model "
+                            f"(bar ≥ 1.25× at 1)")
 
     def drafter(self, name, meta, title):
         doc = load(f"{name}.json")
@@ -255,9 +265,9 @@ class Report:
             ["target (layers x hidden)", "batch", "KiB / token", "KiB / step", "MB/s at 50 steps/s",
              "commit ms", "round trip ms"], rows)
 
-    def tau_sweep(self):
-        doc = load("tau_sweep.json")
-        if doc is None or not self.has(self.cpu, "tau_sweep"):
+    def tau_sweep(self, name, meta, where):
+        doc = load(f"{name}.json")
+        if doc is None or not self.has(meta, name):
             return
         by = {(r["mode"], r["tree_mode"], r["budget"]): r for r in doc["rows"]}
 
@@ -279,15 +289,15 @@ class Report:
                         cells(chains["dflash"][0] if chains["dflash"] else None) +
                         cells(chains["draft_model"][0] if chains["draft_model"] else None))
         self.section(
-            "Tokens per step against the tree budget: DFlash + DDTree vs the draft model",
+            f"Tokens per step against the tree budget: DFlash + DDTree vs the draft model, {where}",
             f"tau = tokens per verify step (the bonus counted) through the real services, greedy, "
             f"on the {doc['prompts']} held-out prompts, {doc['max_new_tokens']} new tokens each, "
             f"one request at a time: models/tiny-dflash (one forward per step, depth up to 15) "
             f"and models/tiny-draft (one forward per depth, depth 8) for models/tiny-target, "
             f"both services with --device={doc['device']}. Draft ms = the drafter's own time per "
-            f"step. tau does not depend on the device; the times do (both services and the "
-            f"client share this machine).",
-            self.cpu, "tau_sweep", None,
+            f"step. tau does not depend on the device (up to bf16 near-ties); the times do (both "
+            f"services and the client share this machine).",
+            meta, name, None,
             ["shape", "DFlash tau", "DFlash draft ms", "DFlash tok/s", "draft model tau",
              "draft model draft ms", "draft model tok/s"], rows)
 
@@ -311,8 +321,9 @@ class Report:
         self.gemm()
         self.forward_cpu()
         self.drafter("drafter_cpu", self.cpu, "Drafter on the CPU: the tiny draft model")
+        self.tau_sweep("tau_sweep_gpu", self.gpu, "GPU")
         self.feature_wire()
-        self.tau_sweep()
+        self.tau_sweep("tau_sweep", self.cpu, "CPU")
         return "\n".join(self.lines) + "\n"
 
     def readme_table(self):
