@@ -23,7 +23,8 @@ run=${RUN:-}
 gpus=$( (nvidia-smi -L 2>/dev/null || true) | wc -l)
 verifier_device=${VERIFIER_DEVICE:-cuda:0}
 drafter_device=${DRAFTER_DEVICE:-$([ "$gpus" -ge 2 ] && echo cuda:1 || echo cuda:0)}
-prompts=${PROMPTS:-12}
+export PROMPTS=${PROMPTS:-12}
+prompts=$PROMPTS
 max_new=${MAX_NEW:-128}
 batch=${BATCH:-16}
 trap 'stop_service "${VERIFIER_PID:-}"; stop_service "${DRAFTER_PID:-}"' EXIT
@@ -71,8 +72,8 @@ for c in (1, batch):
     for mode in modes:
         rows[(mode, c)] = load(f"treespec_{mode}_c{c}.json")
 hf = load("hf.json") or {}
-summary = {"batch": batch, "dflash_spec": os.environ["DFLASH_SPEC"],
-           "draft_spec": os.environ["DRAFT_SPEC"]}
+summary = {"batch": batch, "prompts": int(os.environ["PROMPTS"]),
+           "dflash_spec": os.environ["DFLASH_SPEC"], "draft_spec": os.environ["DRAFT_SPEC"]}
 print()
 print(f"{'system':44s} {'batch':>5s} {'tok/s':>9s} {'MAL':>5s}")
 for (mode, c), r in rows.items():

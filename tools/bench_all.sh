@@ -4,7 +4,8 @@
 # tools/perf_report.py then regenerates docs/performance.md and README.md's "Current figures".
 #
 #   tools/bench_all.sh OUT_DIR gpu [BENCH...]  # on a GPU machine; BENCH of: ceilings
-#                                              # verify_step attention gemm e2e drafter_gpu
+#                                              # verify_step verify_step_ddtree attention gemm
+#                                              # e2e drafter_gpu tau_sweep_gpu
 #   tools/bench_all.sh OUT_DIR cpu [BENCH...]  # on any machine; BENCH of: forward drafter_cpu
 #                                              # feature_wire tau_sweep
 #
@@ -23,7 +24,8 @@ run=${RUN:-}
 mkdir -p "$out"
 
 case $set_name in
-  gpu) default_benches=(ceilings verify_step attention gemm e2e drafter_gpu) ;;
+  gpu) default_benches=(ceilings verify_step verify_step_ddtree attention gemm e2e drafter_gpu
+         tau_sweep_gpu) ;;
   cpu) default_benches=(forward drafter_cpu feature_wire tau_sweep) ;;
   *) echo "bench_all: the set is gpu or cpu, not '$set_name'" >&2; exit 2 ;;
 esac
@@ -40,6 +42,7 @@ fi
 declare -A commands=(
   [ceilings]="$bin/treespec-gpu-ceilings"
   [verify_step]="$bin/treespec-verify-step-bench --tp=1 --json=$out/verify_step.json"
+  [verify_step_ddtree]="$bin/treespec-verify-step-bench --contexts=1024,8192 --nodes=16,128,256,512 --json=$out/verify_step_ddtree.json"
   [attention]="$bin/treespec-attention-bench --json=$out/attention.json"
   [gemm]="$bin/treespec-gemm-bench --json=$out/gemm.json"
   [e2e]="bench/e2e.sh ${E2E_DIR:-/tmp/treespec-e2e}"
@@ -48,6 +51,7 @@ declare -A commands=(
   [drafter_cpu]="$bin/treespec-drafter-bench --draft_model=models/tiny-draft --device=cpu --json=$out/drafter_cpu.json"
   [feature_wire]="$bin/treespec-feature-wire-bench --json=$out/feature_wire.json"
   [tau_sweep]="bench/tau_sweep.sh ${TAU_DIR:-/tmp/treespec-tau}"
+  [tau_sweep_gpu]="bench/tau_sweep.sh ${TAU_GPU_DIR:-/tmp/treespec-tau-gpu}"
 )
 
 failed=0
@@ -65,6 +69,9 @@ for b in "${benches[@]}"; do
   elif [ "$b" = tau_sweep ]; then
     BIN=$bin RUN=$run $cmd || { echo "bench_all: $b failed" >&2; failed=1; continue; }
     cp "${TAU_DIR:-/tmp/treespec-tau}/tau_sweep.json" "$out/tau_sweep.json"
+  elif [ "$b" = tau_sweep_gpu ]; then
+    DEVICE=cuda:0 BIN=$bin RUN=$run $cmd || { echo "bench_all: $b failed" >&2; failed=1; continue; }
+    cp "${TAU_GPU_DIR:-/tmp/treespec-tau-gpu}/tau_sweep.json" "$out/tau_sweep_gpu.json"
   else
     $run $cmd || { echo "bench_all: $b failed" >&2; failed=1; continue; }
   fi

@@ -74,24 +74,27 @@ class Report:
         self.lines += ["", f"## {title}", "", intro, ""] + table(header, rows) + [""]
         self.lines += provenance(meta, bench, doc)
 
-    def verify_step(self):
-        doc = load("verify_step.json")
-        if doc is None or not self.has(self.gpu, "verify_step"):
+    def verify_step(self, name="verify_step", title="Verify step, Llama-3-8B shape, one GPU",
+                    intro_extra=" Target (DESIGN §7): ≤ 1.3× the floor for trees of 1–64 nodes "
+                                "at 1k–32k; host share ≤ 5 %.", figures=True):
+        doc = load(f"{name}.json")
+        if doc is None or not self.has(self.gpu, name):
             return
         rs = [r for r in doc["results"] if r["tp"] == 1]
         rows = [[r["context"], r["nodes"], us(r["wall_us"]), us(r["gpu_span_us"]),
                  us(r["floor_us"]), f"{r['ratio_to_floor']:.2f}×",
                  f"{100 * r['host_share']:.1f} %"] for r in rs]
         self.section(
-            "Verify step, Llama-3-8B shape, one GPU",
+            title,
             "One whole verify step (forward of the tree, the choice at every node, the walk, "
             "the KV commit) of a random-weight 32-layer 8B-shaped target, as a CUDA graph. "
             "Floor = max(every weight once + the K/V read and written / copy bandwidth, FLOPs / "
-            "bf16 GEMM rate). Target (DESIGN §7): ≤ 1.3× the floor for trees of 1–64 nodes at "
-            "1k–32k; host share ≤ 5 %.",
-            self.gpu, "verify_step", doc,
+            "bf16 GEMM rate)." + intro_extra,
+            self.gpu, name, doc,
             ["context", "nodes", "wall µs", "GPU span µs", "floor µs", "wall / floor",
              "host share"], rows)
+        if not figures:
+            return
         for n in sorted({r["nodes"] for r in rs}):
             sel = [r for r in rs if r["nodes"] == n]
             ctx = f"{min(r['context'] for r in sel) // 1024}k–{max(r['context'] for r in sel) // 1024}k"
@@ -174,25 +177,30 @@ class Report:
                                 ("off", "speculation off")):
                 key = f"treespec_{mode}_c{c}"
                 if f"{key}_tokens_per_s" in doc:
+                    same = doc.get(f"{key}_identical_to_off")
                     rows.append([f"treespec, {label}", c, f"{doc[key + '_tokens_per_s']:,.0f}",
-                                 f"{doc[key + '_mean_acceptance_length']:.2f}"])
+                                 f"{doc[key + '_mean_acceptance_length']:.2f}",
+                                 "—" if same is None else f"{same} of {doc.get('prompts', 12)}"])
         for key, label, c in (("hf_plain_batch1_tokens_per_s", "Transformers greedy", 1),
                               ("hf_assisted_batch1_tokens_per_s",
                                "Transformers assisted generation (same draft)", 1),
                               (f"hf_plain_batch{b}_tokens_per_s", "Transformers greedy", b)):
             if key in doc:
-                rows.append([label, c, f"{doc[key]:,.0f}", "—"])
+                rows.append([label, c, f"{doc[key]:,.0f}", "—", "—"])
         self.section(
             "End to end: the tiny pair through the services vs Transformers",
             "models/tiny-target verified, models/tiny-dflash (DDTree, "
             f"`{doc.get('dflash_spec', 'defaults')}`) or models/tiny-draft (its tree, "
             f"`{doc.get('draft_spec') or 'defaults'}`) drafting, both services on the one GPU, "
-            "as separate processes over gRPC on loopback; 12 held-out prompts, 128 new tokens "
-            "each, EOS ignored; Transformers runs the same checkpoints in bf16 "
-            "(bench/hf_baseline.py). The tiny target (6 layers × 256) costs about what a draft "
-            "does, so here speculation measures the serving path and the drafter's own cost, not "
-            "the gain a large target gives.",
-            self.gpu, "e2e", None, ["system", "concurrency", "tok/s", "mean acceptance length"],
+            f"as separate processes over gRPC on loopback; {doc.get('prompts', 12)} held-out "
+            "prompts, 128 new tokens each, EOS ignored; Transformers runs the same checkpoints in "
+            "bf16 (bench/hf_baseline.py). The tiny target (6 layers × 256) costs about what a "
+            "draft does, so here speculation measures the serving path and the drafter's own "
+            "cost, not the gain a large target gives. Identical = prompts whose tokens equal "
+            "speculation off's: trees above 32 rows run cuBLASLt, whose sums depend on the row "
+            "count, so near-ties can flip (DESIGN §3).",
+            self.gpu, "e2e", None,
+            ["system", "concurrency", "tok/s", "mean acceptance length", "identical to off"],
             rows)
         if "speedup_vs_hf_assisted_batch1" in doc:
             # Against speculation off too: the tiny pair's draft costs more than it saves.
@@ -210,8 +218,8 @@ class Report:
             if f"dflash_over_draft_model_c{c}" in doc:
                 self.figure(self.gpu, "e2e", f"DFlash + DDTree vs the draft model, {c} concurrent",
                             f"{doc[f'treespec_dflash_c{c}_tokens_per_s']:,.0f} tok/s",
-                            f"{doc[f'dflash_over_draft_model_c{c}']:.2f}× the draft model "
-                            f"(bar ≥ 1.25× at 1)")
+                            f"{doc[f'dflash_over_draft_model_c{c}']:.2f}× the draft model" +
+                            (" (bar ≥ 1.25×)" if c == 1 else ""))
 
     def drafter(self, name, meta, title):
         doc = load(f"{name}.json")
@@ -315,6 +323,10 @@ class Report:
             "[experiments/README.md](experiments/README.md). The floors are DESIGN §7's.",
         ]
         self.verify_step()
+        self.verify_step("verify_step_ddtree", "Verify step at DDTree's budgets, Llama-3-8B shape",
+                         " Trees of 128–512 nodes are compute-bound: the floor is the FLOP "
+                         "term, and such steps run cuBLASLt (above 32 rows), not the few-row "
+                         "kernel.", figures=False)
         self.attention()
         self.e2e()
         self.drafter("drafter_gpu", self.gpu, "Drafter on the GPU: the tiny draft model")
