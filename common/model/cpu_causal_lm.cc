@@ -120,13 +120,11 @@ class CpuCausalLm final : public CausalLm {
   void Mlp(Rank& r, int num_rows, int layer) const;
   void LmHead(Rank& r, const BatchPlan& b) const;
   void CaptureFeatures(const Rank& r, const BatchPlan& b, int layer) const;
-  // Every layer's K/V of context rows c [rows, hidden] (AppendContext) for this rank's heads.
-  void ContextKv(Rank& r, const std::vector<float>& c, int rows, const std::vector<float>& cos,
-                 const std::vector<float>& sin, absl::Span<const int> slot_page,
-                 absl::Span<const int> slot_offset) const;
-  // k or v [rows, rank kv heads × head_dim] into the pool at the rows' slots.
-  void WriteKv(Rank& r, int layer, const float* k, const float* v, int rows,
-               absl::Span<const int> slot_page, absl::Span<const int> slot_offset) const;
+  // Layer `layer`'s K/V of `rows` input rows x [rows, hidden] for this rank's heads, into the
+  // pool at the rows' slots: k = RoPE(k_norm(x · Wkᵀ + bk)), v = x · Wvᵀ + bv (r.k, r.v hold
+  // them afterwards). The forward's x is the normed residual; AppendContext's is c.
+  void ProjectKv(Rank& r, const float* x, int rows, int layer, const float* cos, const float* sin,
+                 absl::Span<const int> slot_page, absl::Span<const int> slot_offset) const;
 
   const ModelConfig config_;
   const LmOptions options_;
@@ -202,26 +200,16 @@ void CpuCausalLm::Attention(Rank& r, const BatchPlan& b, int layer) const {
   const int m = b.num_rows, hidden = config_.hidden_size, d = config_.head_dim;
   const int hq = r.plan.num_q_heads(), hkv = r.plan.num_kv_heads();
   r.q.resize(static_cast<size_t>(m) * hq * d);
-  r.k.resize(static_cast<size_t>(m) * hkv * d);
-  r.v.resize(static_cast<size_t>(m) * hkv * d);
   r.attn.resize(static_cast<size_t>(m) * hq * d);
 
-  MatMul(r.h.data(), w.wq.data(), m, hq * d, hidden, r.q.data());   // q = h · Wqᵀ
-  MatMul(r.h.data(), w.wk.data(), m, hkv * d, hidden, r.k.data());  // k = h · Wkᵀ
-  MatMul(r.h.data(), w.wv.data(), m, hkv * d, hidden, r.v.data());  // v = h · Wvᵀ
-  if (config_.qkv_bias) {                                           // Qwen2
-    AddBias(w.bq.data(), m, hq * d, r.q.data());
-    AddBias(w.bk.data(), m, hkv * d, r.k.data());
-    AddBias(w.bv.data(), m, hkv * d, r.v.data());
-  }
-  if (config_.qk_norm) {  // Qwen3: per head
+  MatMul(r.h.data(), w.wq.data(), m, hq * d, hidden, r.q.data());  // q = h · Wqᵀ
+  if (config_.qkv_bias) AddBias(w.bq.data(), m, hq * d, r.q.data());  // Qwen2
+  if (config_.qk_norm) {                                              // Qwen3: per head
     RmsNorm(r.q.data(), w.q_norm.data(), m * hq, d, config_.rms_norm_eps, r.q.data());
-    RmsNorm(r.k.data(), w.k_norm.data(), m * hkv, d, config_.rms_norm_eps, r.k.data());
   }
   ApplyRope(b.rope_cos.data(), b.rope_sin.data(), m, hq, d, r.q.data());
-  ApplyRope(b.rope_cos.data(), b.rope_sin.data(), m, hkv, d, r.k.data());
-
-  WriteKv(r, layer, r.k.data(), r.v.data(), m, b.slot_page, b.slot_offset);  // cache[L + i]
+  ProjectKv(r, r.h.data(), m, layer, b.rope_cos.data(), b.rope_sin.data(), b.slot_page,
+            b.slot_offset);  // cache[L + i] = k, v
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   for (const BatchPlan::Seq& s : b.seqs) {
@@ -233,37 +221,27 @@ void CpuCausalLm::Attention(Rank& r, const BatchPlan& b, int layer) const {
   MatMul(r.attn.data(), w.wo.data(), m, hidden, hq * d, r.out.data());  // out = attn · Woᵀ
 }
 
-void CpuCausalLm::WriteKv(Rank& r, int layer, const float* k, const float* v, int rows,
-                          absl::Span<const int> slot_page,
-                          absl::Span<const int> slot_offset) const {
-  const size_t kv_width = static_cast<size_t>(r.plan.num_kv_heads()) * config_.head_dim;
-  for (int i = 0; i < rows; ++i) {
-    std::copy_n(k + i * kv_width, kv_width, r.kv->K(layer, slot_page[i], slot_offset[i]));
-    std::copy_n(v + i * kv_width, kv_width, r.kv->V(layer, slot_page[i], slot_offset[i]));
-  }
-}
-
-// Per layer k = RoPE(k_norm(c · Wkᵀ + bk)), v = c · Wvᵀ + bv for this rank's KV heads.
-void CpuCausalLm::ContextKv(Rank& r, const std::vector<float>& c, int rows,
-                            const std::vector<float>& cos, const std::vector<float>& sin,
-                            absl::Span<const int> slot_page,
+void CpuCausalLm::ProjectKv(Rank& r, const float* x, int rows, int layer, const float* cos,
+                            const float* sin, absl::Span<const int> slot_page,
                             absl::Span<const int> slot_offset) const {
+  const LayerWeights& w = r.w.layers[layer];
   const int hidden = config_.hidden_size, d = config_.head_dim, hkv = r.plan.num_kv_heads();
   r.k.resize(static_cast<size_t>(rows) * hkv * d);
   r.v.resize(static_cast<size_t>(rows) * hkv * d);
-  for (int l = 0; l < config_.num_layers; ++l) {
-    const LayerWeights& w = r.w.layers[l];
-    MatMul(c.data(), w.wk.data(), rows, hkv * d, hidden, r.k.data());
-    MatMul(c.data(), w.wv.data(), rows, hkv * d, hidden, r.v.data());
-    if (config_.qkv_bias) {
-      AddBias(w.bk.data(), rows, hkv * d, r.k.data());
-      AddBias(w.bv.data(), rows, hkv * d, r.v.data());
-    }
-    if (config_.qk_norm) {
-      RmsNorm(r.k.data(), w.k_norm.data(), rows * hkv, d, config_.rms_norm_eps, r.k.data());
-    }
-    ApplyRope(cos.data(), sin.data(), rows, hkv, d, r.k.data());
-    WriteKv(r, l, r.k.data(), r.v.data(), rows, slot_page, slot_offset);
+  MatMul(x, w.wk.data(), rows, hkv * d, hidden, r.k.data());  // k = x · Wkᵀ
+  MatMul(x, w.wv.data(), rows, hkv * d, hidden, r.v.data());  // v = x · Wvᵀ
+  if (config_.qkv_bias) {
+    AddBias(w.bk.data(), rows, hkv * d, r.k.data());
+    AddBias(w.bv.data(), rows, hkv * d, r.v.data());
+  }
+  if (config_.qk_norm) {
+    RmsNorm(r.k.data(), w.k_norm.data(), rows * hkv, d, config_.rms_norm_eps, r.k.data());
+  }
+  ApplyRope(cos, sin, rows, hkv, d, r.k.data());
+  const size_t kv_width = static_cast<size_t>(hkv) * d;
+  for (int i = 0; i < rows; ++i) {
+    std::copy_n(r.k.data() + i * kv_width, kv_width, r.kv->K(layer, slot_page[i], slot_offset[i]));
+    std::copy_n(r.v.data() + i * kv_width, kv_width, r.kv->V(layer, slot_page[i], slot_offset[i]));
   }
 }
 
@@ -391,7 +369,9 @@ absl::Status CpuCausalLm::AppendContext(SeqId seq, int committed_len,
   std::vector<float> cos(static_cast<size_t>(n) * half), sin(cos.size());
   RopeTables(inv_freq_, config_.rope_scaling.attention_factor, positions, cos.data(), sin.data());
   threads_->Run([&](int rank) {
-    ContextKv(*ranks_[rank], c, n, cos, sin, slot_page, slot_offset);
+    for (int l = 0; l < config_.num_layers; ++l) {
+      ProjectKv(*ranks_[rank], c.data(), n, l, cos.data(), sin.data(), slot_page, slot_offset);
+    }
   });
   return absl::OkStatus();
 }
