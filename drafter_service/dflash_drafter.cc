@@ -9,11 +9,17 @@
 
 namespace treespec {
 
-// The block [bonus, MASK × depth] after the context rows, one bidirectional forward; each
-// depth's ranked marginal from its row.
+// The session's pending rows appended, then the block [bonus, MASK × depth] after the context
+// rows, one bidirectional forward; each depth's ranked marginal from its row.
 class DflashSession::BlockJob final : public DraftJob {
  public:
-  BlockJob(const DflashSession& s, int depth, int k) : s_(s), depth_(depth), k_(k) {}
+  BlockJob(DflashSession& s, int depth, int k)
+      : s_(s), depth_(depth), k_(k), context_{s.seq_, s.rows_, &s.pending_} {}
+  const ContextRows* Context() override { return s_.pending_.empty() ? nullptr : &context_; }
+  void OnContext() override {
+    s_.rows_ += s_.pending_.rows;
+    s_.pending_ = TargetFeatures();
+  }
   bool NextForward(SeqTree* tree, int* k, TopKRows* rows) override {
     if (done_) return false;
     *tree = DflashBlock(*s_.config_, s_.seq_, s_.rows_, s_.bonus_, depth_ + 1);
@@ -33,8 +39,9 @@ class DflashSession::BlockJob final : public DraftJob {
   std::vector<std::vector<Candidate>>& marginals() { return marginals_; }
 
  private:
-  const DflashSession& s_;
+  DflashSession& s_;
   const int depth_, k_;
+  const ContextRows context_;
   bool done_ = false;
   std::vector<std::vector<Candidate>> marginals_;  // [depth][rank]
 };
@@ -58,13 +65,11 @@ absl::Status DflashSession::Append(const DraftContext& added) {
                                                    config_->features().width()));
   }
   const int window = config_->body.max_position_embeddings - config_->block_size;
-  if (!out_of_window_ && static_cast<int64_t>(rows_) + rows.rows > window) out_of_window_ = true;
-  if (!out_of_window_ && !rows.empty()) {
-    const absl::Status s =
-        batcher_->WithModel([&](CausalLm& m) { return m.AppendContext(seq_, rows_, rows); });
-    if (!s.ok()) return s;
-    rows_ += rows.rows;
+  if (!out_of_window_ && static_cast<int64_t>(rows_) + pending_.rows + rows.rows > window) {
+    out_of_window_ = true;
+    pending_ = TargetFeatures();
   }
+  if (!out_of_window_) pending_.Append(rows);
   tokens_ += static_cast<int64_t>(added.tokens.size());
   if (!added.tokens.empty()) bonus_ = added.tokens.back();
   return absl::OkStatus();
@@ -72,11 +77,11 @@ absl::Status DflashSession::Append(const DraftContext& added) {
 
 absl::StatusOr<DraftedTree> DflashSession::Draft(const SpecLimits& limits) {
   if (out_of_window_) return DraftedTree();
-  if (bonus_ < 0 || rows_ != tokens_ - 1) {
+  if (bonus_ < 0 || rows_ + pending_.rows != tokens_ - 1) {
     return absl::FailedPreconditionError(
         absl::StrCat("a DFlash session drafts from a feature row per context token but the last; "
                      "it has ",
-                     rows_, " rows for ", tokens_, " tokens"));
+                     rows_ + pending_.rows, " rows for ", tokens_, " tokens"));
   }
   const int depth = std::min(limits.max_depth, config_->block_size - 1);
   if (depth < 1 || limits.tree_budget < 1) return DraftedTree();

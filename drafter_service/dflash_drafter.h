@@ -7,8 +7,9 @@
 // sequence of it whose slots are the context rows (CausalLm::AppendContext: the K/V every draft
 // layer projects from the target's features), and a draft is one bidirectional forward of the
 // block [bonus, MASK × depth] after them, ranked on the backend (ForwardTopK), whose K/V is
-// dropped afterwards. Sessions' blocks run batched through the factory's DraftBatcher, so N
-// sessions cost about one forward of N blocks.
+// dropped afterwards. Append only keeps the new rows; the draft's job appends them just before
+// its block. Sessions' jobs run batched through the factory's DraftBatcher, so N sessions cost
+// about one append of all their new rows and one forward of N blocks.
 #ifndef TREESPEC_DRAFTER_SERVICE_DFLASH_DRAFTER_H_
 #define TREESPEC_DRAFTER_SERVICE_DFLASH_DRAFTER_H_
 
@@ -28,14 +29,16 @@ struct DflashOptions {
 class DflashSession final : public DraftSession {
  public:
   // Creates the session's sequence in the drafter's KV cache; frees it on destruction.
-  DflashSession(std::shared_ptr<DraftBatcher> batcher,
-                std::shared_ptr<const DflashConfig> config, const DflashOptions& options);
+  DflashSession(std::shared_ptr<DraftBatcher> batcher, std::shared_ptr<const DflashConfig> config,
+                const DflashOptions& options);
   ~DflashSession() override;
   DflashSession(const DflashSession&) = delete;
   DflashSession& operator=(const DflashSession&) = delete;
 
   // Tokens extend the context; features become context rows (a row per context token but the
-  // pending bonus: common/tree/draft_context.h). INVALID_ARGUMENT for rows of another width
+  // pending bonus: common/tree/draft_context.h), appended to the model by the next Draft (an
+  // append that fails fails that Draft, and the next tries again). INVALID_ARGUMENT for rows
+  // of another width
   // (the session is unchanged). A context that outgrows the drafter's window (its
   // max_position_embeddings, less a block) ends drafting: later drafts are empty.
   absl::Status Append(const DraftContext& added) override;
@@ -50,9 +53,10 @@ class DflashSession final : public DraftSession {
   const std::shared_ptr<const DflashConfig> config_;
   const DflashOptions options_;
   SeqId seq_ = 0;
-  int rows_ = 0;        // context rows in the sequence (its committed slots)
-  int64_t tokens_ = 0;  // context tokens appended
-  int32_t bonus_ = -1;  // the last of them
+  int rows_ = 0;            // context rows in the sequence (its committed slots)
+  TargetFeatures pending_;  // rows appended since, for the next draft to add
+  int64_t tokens_ = 0;      // context tokens appended
+  int32_t bonus_ = -1;      // the last of them
   bool out_of_window_ = false;
 };
 

@@ -101,6 +101,44 @@ void DraftBatcher::RunGroup(std::vector<Entry>& entries, TopKRows rows, std::vec
   }
 }
 
+std::vector<DraftBatcher::Pending*> DraftBatcher::AppendContexts(
+    const std::deque<Pending*>& fresh) {
+  std::vector<Pending*> go_on, appending;
+  std::vector<ContextRows> batch;
+  for (Pending* p : fresh) {
+    if (const ContextRows* rows = p->job->Context(); rows != nullptr) {
+      appending.push_back(p);
+      batch.push_back(*rows);
+    } else {
+      go_on.push_back(p);
+    }
+  }
+  if (batch.empty()) return go_on;
+  absl::Status status = model_->AppendContext(batch);
+  if (status.ok()) {
+    for (Pending* p : appending) {
+      p->job->OnContext();
+      go_on.push_back(p);
+    }
+    return go_on;
+  }
+  if (appending.size() > 1) {
+    TS_LOG(kDebug, "batched context append of %d entries failed (%s): each entry alone",
+           static_cast<int>(appending.size()), status.ToString());
+  }
+  for (size_t i = 0; i < appending.size(); ++i) {
+    absl::Status alone =
+        appending.size() > 1 ? model_->AppendContext(absl::MakeConstSpan(&batch[i], 1)) : status;
+    if (alone.ok()) {
+      appending[i]->job->OnContext();
+      go_on.push_back(appending[i]);
+    } else {
+      Complete(appending[i], std::move(alone));
+    }
+  }
+  return go_on;
+}
+
 void DraftBatcher::Loop() {
   std::vector<Entry> active;
   while (true) {
@@ -115,7 +153,7 @@ void DraftBatcher::Loop() {
     // thread would otherwise take it back at once, round after round.
     while (model_waiters_.load() > 0) std::this_thread::yield();
     std::lock_guard<std::mutex> model_lock(model_mu_);
-    for (Pending* p : fresh) Advance(p, active);
+    for (Pending* p : AppendContexts(fresh)) Advance(p, active);
     std::vector<Entry> next;
     for (TopKRows rows : {TopKRows::kLastNew, TopKRows::kAllNew}) {
       std::vector<Entry> group;

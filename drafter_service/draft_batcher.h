@@ -7,10 +7,12 @@
 // forward per tree depth) — and blocks until the job ends. The batcher's thread runs rounds: the
 // next forward of every job in flight goes into one ForwardTopK (one per kind of rows), so N
 // sessions cost about the forwards of one, only wider. Jobs that arrive during a round join the
-// next one.
+// next one. A job may bring context rows to append first (a DFlash session's new target
+// features): those of the jobs that join a round go into one CausalLm::AppendContext before its
+// forwards.
 //
-// A batched forward that fails (say RESOURCE_EXHAUSTED: the KV pool cannot hold every entry at
-// once) is retried entry by entry, so one session's failure never becomes another's.
+// A batched forward or append that fails (say RESOURCE_EXHAUSTED: the KV pool cannot hold every
+// entry at once) is retried entry by entry, so one session's failure never becomes another's.
 #ifndef TREESPEC_DRAFTER_SERVICE_DRAFT_BATCHER_H_
 #define TREESPEC_DRAFTER_SERVICE_DRAFT_BATCHER_H_
 
@@ -32,6 +34,11 @@ namespace treespec {
 class DraftJob {
  public:
   virtual ~DraftJob() = default;
+  // Context rows to append before the job's first forward, or null (the default); read once,
+  // when the job joins a round, and must stay valid until OnContext or the job's end.
+  virtual const ContextRows* Context() { return nullptr; }
+  // Those rows are in the model (an append that fails ends the job with its status instead).
+  virtual void OnContext() {}
   // The next forward: its tree (one batch entry), the k it needs ranked and which rows; false
   // when the job is done.
   virtual bool NextForward(SeqTree* tree, int* k, TopKRows* rows) = 0;
@@ -82,6 +89,9 @@ class DraftBatcher {
     TopKRows rows;
   };
   void Loop();
+  // Appends the context rows of the jobs in `fresh` (one AppendContext; each alone if that
+  // fails); returns the jobs that go on to their forwards, ends the others. Model locked.
+  std::vector<Pending*> AppendContexts(const std::deque<Pending*>& fresh);
   // Runs one ForwardTopK over `entries` (all of one kind of rows) and hands each job its rows;
   // moves the jobs that go on into `next`. Model locked.
   void RunGroup(std::vector<Entry>& entries, TopKRows rows, std::vector<Entry>& next);

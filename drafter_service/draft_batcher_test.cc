@@ -1,7 +1,8 @@
-// The draft batcher: sessions drafting at the same time share batched forwards, get the very
-// trees they get alone (the CPU model's rows do not depend on their batch), a forward that
-// fails for one session's entry fails only that session, and a backend that returns the wrong
-// number of rows fails the job with INTERNAL instead of reading past its answer.
+// The draft batcher: sessions drafting at the same time share batched forwards (and DFlash
+// sessions their context appends), get the very trees they get alone (the CPU model's rows do
+// not depend on their batch), a forward or append that fails for one session's entry fails
+// only that session, and a backend that returns the wrong number of rows fails the job with
+// INTERNAL instead of reading past its answer.
 #include "drafter_service/draft_batcher.h"
 
 #include <algorithm>
@@ -12,16 +13,20 @@
 #include <thread>
 #include <vector>
 
+#include "common/backend/load_model.h"
 #include "common/model/cpu_causal_lm.h"
 #include "common/model/cpu_test_util.h"
+#include "common/model/dtype.h"
+#include "drafter_service/dflash_drafter.h"
 #include "drafter_service/draft_model_drafter.h"
 #include "gtest/gtest.h"
 
 namespace treespec {
 namespace {
 
-// Passes every call on; records each ForwardTopK's batch size, holds the first one back for a
-// while (so the other sessions' jobs queue up behind it) and fails batches that hold `poison`.
+// Passes every call on; records each ForwardTopK's and AppendContext's batch size, holds the
+// first of them back for a while (so the other sessions' jobs queue up behind it) and fails
+// batches that hold `poison`.
 class WatchedLm final : public CausalLm {
  public:
   explicit WatchedLm(std::unique_ptr<CausalLm> lm) : lm_(std::move(lm)) {}
@@ -49,8 +54,16 @@ class WatchedLm final : public CausalLm {
     lm_->Commit(seq, committed_len, path);
   }
   void Truncate(SeqId seq, int len) override { lm_->Truncate(seq, len); }
+  absl::Status AppendContext(absl::Span<const ContextRows> batch) override {
+    if (calls_++ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    largest_append_ = std::max(largest_append_.load(), static_cast<int>(batch.size()));
+    for (const ContextRows& e : batch) {
+      if (e.seq == poison_) return absl::ResourceExhaustedError("poisoned sequence");
+    }
+    return lm_->AppendContext(batch);
+  }
 
-  std::atomic<int> calls_{0}, largest_batch_{0};
+  std::atomic<int> calls_{0}, largest_batch_{0}, largest_append_{0};
   std::atomic<SeqId> poison_{-1};
   std::atomic<bool> drop_row_{false};
 
@@ -160,6 +173,81 @@ TEST(DraftBatcherTest, ABackendReturningTheWrongRowsIsAnErrorNotACrash) {
   const absl::Status s = session->Append(TokenContext(Tokens(5, config.vocab_size, 1)));
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
   EXPECT_NE(s.message().find("ranked rows"), absl::string_view::npos) << s;
+}
+
+DflashLm LoadDflash() {
+  absl::StatusOr<DflashLm> d = LoadDflashLm(
+      std::string(TREESPEC_SOURCE_DIR) + "/tests/data/models/dflash_random",
+      std::string(TREESPEC_SOURCE_DIR) + "/models/tiny-target", "cpu", LmOptions{.max_batch = 16});
+  EXPECT_TRUE(d.ok()) << d.status();
+  return *std::move(d);
+}
+
+// Session s's context: n tokens and the feature rows of all but the last.
+DraftContext DflashContext(int n, int width, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  DraftContext c{Tokens(n, vocab, seed), {}};
+  c.features.rows = n - 1;
+  c.features.width = width;
+  for (int i = 0; i < (n - 1) * width; ++i) c.features.bf16.push_back(FloatToBf16Bits(normal(rng)));
+  return c;
+}
+
+// DFlash sessions: each appends a prompt's rows and drafts, then appends one step's token and
+// row and drafts again, all at once: their appends share calls, the trees are those each
+// session drafts alone, and a session whose append fails fails alone.
+TEST(DraftBatcherTest, DflashSessionsAppendTheirContextsTogether) {
+  DflashLm d = LoadDflash();
+  const int width = d.config.features().width(), vocab = d.config.body.vocab_size;
+  auto watched = std::make_unique<WatchedLm>(std::move(d.lm));
+  WatchedLm* const watch = watched.get();
+  watch->poison_ = 3;  // the third session to open
+  DflashDrafterFactory together(d.config, std::move(watched), DflashOptions());
+  std::vector<std::vector<DraftedTree>> got(kSessions);
+  std::vector<absl::Status> status(kSessions);
+  std::vector<std::thread> threads;
+  std::vector<std::unique_ptr<DraftSession>> sessions;
+  for (int s = 0; s < kSessions; ++s) sessions.push_back(*together.NewSession());
+  for (int s = 0; s < kSessions; ++s) {
+    threads.emplace_back([&, s] {
+      DraftSession& session = *sessions[s];
+      absl::StatusOr<DraftedTree> tree =
+          session.AppendAndDraft(DflashContext(10 + s, width, vocab, 100 + s), {12, 5});
+      if (tree.ok()) {
+        got[s].push_back(*tree);
+        DraftContext step = DflashContext(2, width, vocab, 300 + s);
+        step.tokens.erase(step.tokens.begin());  // one token, one row (the previous bonus's)
+        tree = session.AppendAndDraft(step, {12, 5});
+        if (tree.ok()) got[s].push_back(*tree);
+      }
+      status[s] = tree.status();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_GT(watch->largest_append_.load(), 1) << "no append was shared between sessions";
+
+  DflashLm ref = LoadDflash();
+  DflashDrafterFactory alone(ref.config, std::move(ref.lm), DflashOptions());
+  for (int s = 0; s < kSessions; ++s) {
+    SCOPED_TRACE(absl::StrCat("session ", s));
+    if (s == 2) {
+      EXPECT_EQ(status[s].code(), absl::StatusCode::kResourceExhausted) << status[s];
+      continue;
+    }
+    ASSERT_TRUE(status[s].ok()) << status[s];
+    auto session = *alone.NewSession();
+    ASSERT_EQ(got[s].size(), 2u);
+    const DraftedTree first =
+        *session->AppendAndDraft(DflashContext(10 + s, width, vocab, 100 + s), {12, 5});
+    DraftContext step = DflashContext(2, width, vocab, 300 + s);
+    step.tokens.erase(step.tokens.begin());
+    const DraftedTree second = *session->AppendAndDraft(step, {12, 5});
+    EXPECT_EQ(got[s][0].tokens, first.tokens);
+    EXPECT_EQ(got[s][0].logprobs, first.logprobs);
+    EXPECT_EQ(got[s][1].tokens, second.tokens);
+    EXPECT_EQ(got[s][1].parents, second.parents);
+  }
 }
 
 }  // namespace

@@ -74,7 +74,7 @@ class CudaCausalLm final : public CausalLm {
                                                      absl::Span<const StepSpec> specs) override;
   void Truncate(SeqId seq, int len) override { cache_.Truncate(seq, len); }
   absl::Status SetFeatureLayers(std::vector<int> layers) override;
-  absl::Status AppendContext(SeqId seq, int committed_len, const TargetFeatures& rows) override;
+  absl::Status AppendContext(absl::Span<const ContextRows> batch) override;
 
  protected:
   absl::StatusOr<std::vector<float>> ForwardCapturing(absl::Span<const SeqTree> batch,
@@ -128,9 +128,10 @@ class CudaCausalLm final : public CausalLm {
   std::vector<std::unique_ptr<ModelShard>> shards_;
   std::unique_ptr<RankThreads> threads_;
 
-  std::vector<int32_t> chunk_meta_;  // a chunk's tokens, positions, slots (shards copy them)
-  PinnedBuffer staging_;             // Commit's meta
-  PinnedBuffer step_staging_;        // the verify step's inputs (StepLayout)
+  std::vector<int32_t> chunk_meta_;        // a chunk's tokens, positions, slots (shards copy them)
+  std::vector<uint16_t> context_staging_;  // an AppendContext chunk's rows, gathered
+  PinnedBuffer staging_;                   // Commit's meta
+  PinnedBuffer step_staging_;              // the verify step's inputs (StepLayout)
   std::vector<int32_t> step_out_host_;
   PinnedBuffer feature_staging_;  // a step's feature rows, bf16 (grows, never shrinks)
   cudaEvent_t step_begin_ = nullptr, step_end_ = nullptr;  // rank 0's span of the last step
@@ -215,22 +216,44 @@ absl::Status CudaCausalLm::SetFeatureLayers(std::vector<int> layers) {
   return status;
 }
 
-absl::Status CudaCausalLm::AppendContext(SeqId seq, int committed_len,
-                                         const TargetFeatures& rows) {
-  RETURN_IF_ERROR(ReserveContextRows(config_, cache_, seq, committed_len, rows));
-  const int ps = cache_.page_size();
-  const std::vector<int> pages = cache_.Pages(seq);
-  for (int row0 = 0; row0 < rows.rows; row0 += max_rows_) {
-    const int n = std::min(max_rows_, rows.rows - row0);
-    chunk_meta_.assign(3 * static_cast<size_t>(n), 0);  // [unused tokens, positions, slots]
-    for (int i = 0; i < n; ++i) {
-      const int slot = committed_len + row0 + i;
-      chunk_meta_[n + i] = slot;
-      chunk_meta_[2 * n + i] = pages[slot / ps] * ps + slot % ps;
+absl::Status CudaCausalLm::AppendContext(absl::Span<const ContextRows> batch) {
+  RETURN_IF_ERROR(ReserveContextRows(config_, cache_, batch));
+  const int ps = cache_.page_size(), width = config_.context_width;
+  // Every entry's rows in order, max_rows_ at a time: [unused tokens, positions, slots] and the
+  // chunk's rows gathered in one host buffer.
+  std::vector<int32_t> positions, slots;
+  for (const ContextRows& e : batch) {
+    const std::vector<int> pages = cache_.Pages(e.seq);
+    for (int i = 0; i < e.rows->rows; ++i) {
+      const int slot = e.committed_len + i;
+      positions.push_back(slot);
+      slots.push_back(pages[slot / ps] * ps + slot % ps);
     }
-    const uint16_t* chunk = rows.bf16.data() + static_cast<size_t>(row0) * rows.width;
+  }
+  const int total = static_cast<int>(positions.size());
+  size_t entry = 0;
+  int entry_row = 0;  // the next row of batch[entry] to gather
+  for (int row0 = 0; row0 < total; row0 += max_rows_) {
+    const int n = std::min(max_rows_, total - row0);
+    chunk_meta_.assign(3 * static_cast<size_t>(n), 0);
+    std::copy_n(positions.begin() + row0, n, chunk_meta_.begin() + n);
+    std::copy_n(slots.begin() + row0, n, chunk_meta_.begin() + 2 * n);
+    context_staging_.resize(static_cast<size_t>(n) * width);
+    for (int gathered = 0; gathered < n;) {
+      const TargetFeatures& rows = *batch[entry].rows;
+      const int take = std::min(n - gathered, rows.rows - entry_row);
+      std::copy_n(rows.bf16.begin() + static_cast<size_t>(entry_row) * width,
+                  static_cast<size_t>(take) * width,
+                  context_staging_.begin() + static_cast<size_t>(gathered) * width);
+      gathered += take;
+      entry_row += take;
+      if (entry_row == rows.rows) {
+        ++entry;
+        entry_row = 0;
+      }
+    }
     RETURN_IF_ERROR(OnRanks([&](ModelShard& shard) {
-      return shard.AppendContext(chunk_meta_.data(), chunk, n);
+      return shard.AppendContext(chunk_meta_.data(), context_staging_.data(), n);
     }));
   }
   return absl::OkStatus();

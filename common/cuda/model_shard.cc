@@ -149,8 +149,8 @@ absl::Status ModelShard::Init(const TensorSource& source) {
   if (c.context_width > 0) {
     ASSIGN_OR_RETURN(context_fc_, make({"fc.weight"}));
     ASSIGN_OR_RETURN(context_norm_, make({"hidden_norm.weight"}));
-    ASSIGN_OR_RETURN(context_in_, DeviceBuffer<bf16>::Create(static_cast<size_t>(options_.max_rows) *
-                                                             c.context_width));
+    ASSIGN_OR_RETURN(context_in_, DeviceBuffer<bf16>::Create(
+                                      static_cast<size_t>(options_.max_rows) * c.context_width));
   }
   for (int i = 0; i < c.num_layers; ++i) {
     const std::string p = absl::StrCat("model.layers.", i, ".");
@@ -395,8 +395,7 @@ absl::Status ModelShard::AppendContext(const int32_t* meta, const uint16_t* rows
   if (num_rows < 1 || num_rows > options_.max_rows) {
     return absl::InternalError(absl::StrCat("shard context of ", num_rows, " rows"));
   }
-  const int hidden = c.hidden_size, d = c.head_dim;
-  const int hq = rank_.num_q_heads(), hkv = rank_.num_kv_heads();
+  const int hidden = c.hidden_size;
   RETURN_IF_ERROR(WaitStaged());  // the last upload has left meta_staging_
   int32_t* m = meta_staging_.ints();
   std::copy(meta, meta + 3 * num_rows, m);
@@ -404,9 +403,9 @@ absl::Status ModelShard::AppendContext(const int32_t* meta, const uint16_t* rows
                                        cudaMemcpyHostToDevice, stream_));
   CUDA_RETURN_IF_ERROR(cudaEventRecord(staged_, stream_));
   // Pageable memory: the copy has left `rows` when the call returns.
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(context_in_.data(), rows,
-                                       static_cast<size_t>(num_rows) * c.context_width * sizeof(bf16),
-                                       cudaMemcpyHostToDevice, stream_));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+      context_in_.data(), rows, static_cast<size_t>(num_rows) * c.context_width * sizeof(bf16),
+      cudaMemcpyHostToDevice, stream_));
   GemmArgs fc;
   fc.m = num_rows;
   fc.n = hidden;
@@ -422,11 +421,7 @@ absl::Status ModelShard::AppendContext(const int32_t* meta, const uint16_t* rows
   for (int l = 0; l < c.num_layers; ++l) {
     Layer& w = layers_[l];
     RETURN_IF_ERROR(RunLayerGemm(LayerGemmArgs(w, num_rows)[kQkvGemm]));  // qkv = c · Wqkvᵀ
-    CUDA_RETURN_IF_ERROR(LaunchKvWrite(
-        qkv_.data(), num_rows, hq, hkv, d, positions, slots, inv_freq_.data(),
-        c.rope_scaling.attention_factor, w.q_norm.size() > 0 ? w.q_norm.data() : nullptr,
-        w.k_norm.size() > 0 ? w.k_norm.data() : nullptr, c.rms_norm_eps, q_.data(), kv_.Layer(l),
-        stream_));
+    CUDA_RETURN_IF_ERROR(WriteKv(l, num_rows, positions, slots));
   }
   return absl::OkStatus();
 }
@@ -472,12 +467,20 @@ absl::Status ModelShard::LayersGraph(int rows) {
   return absl::OkStatus();
 }
 
+cudaError_t ModelShard::WriteKv(int l, int rows, const int32_t* positions, const int32_t* slots) {
+  const ModelConfig& c = config_;
+  const Layer& w = layers_[l];
+  return LaunchKvWrite(qkv_.data(), rows, rank_.num_q_heads(), rank_.num_kv_heads(), c.head_dim,
+                       positions, slots, inv_freq_.data(), c.rope_scaling.attention_factor,
+                       w.q_norm.size() > 0 ? w.q_norm.data() : nullptr,
+                       w.k_norm.size() > 0 ? w.k_norm.data() : nullptr, c.rms_norm_eps, q_.data(),
+                       kv_.Layer(l), stream_);
+}
+
 // The forward pass of `rows` rows whose metadata is in rows_meta_ and attention_.
 absl::Status ModelShard::Layers(int rows) {
   const ModelConfig& c = config_;
-  const int hidden = c.hidden_size, d = c.head_dim;
-  const int hq = rank_.num_q_heads(), hkv = rank_.num_kv_heads(), f = rank_.mlp_width();
-  const float eps = c.rms_norm_eps;
+  const int hidden = c.hidden_size, f = rank_.mlp_width();
   const int32_t* tokens = rows_meta_.data();
   const int32_t* positions = tokens + rows;
   const int32_t* slots = tokens + 2 * rows;
@@ -495,10 +498,7 @@ absl::Status ModelShard::Layers(int rows) {
     std::array<GemmArgs, kLayerGemms> g = LayerGemmArgs(w, rows);
     RETURN_IF_ERROR(RunLayerGemm(g[kQkvGemm]));
     Mark(ShardOp::kQkv);
-    CUDA_RETURN_IF_ERROR(LaunchKvWrite(
-        qkv_.data(), rows, hq, hkv, d, positions, slots, inv_freq_.data(),
-        c.rope_scaling.attention_factor, w.q_norm.size() > 0 ? w.q_norm.data() : nullptr,
-        w.k_norm.size() > 0 ? w.k_norm.data() : nullptr, eps, q_.data(), kv, stream_));
+    CUDA_RETURN_IF_ERROR(WriteKv(l, rows, positions, slots));
     Mark(ShardOp::kKvWrite);
     CUDA_RETURN_IF_ERROR(attention_->Run(kv, q_.data(), attn_.data(), stream_));
     Mark(ShardOp::kAttention);

@@ -210,6 +210,8 @@ class ModelShard {
   // Runs a GEMM of LayerGemmArgs: a rank without MLP columns (k == 0) contributes zeros to the
   // all-reduce; n == 0 runs nothing.
   absl::Status RunLayerGemm(const GemmArgs& args);
+  // Layer l's K/V write of `rows` rows from qkv_ (RoPE, q/k norms; q into q_) into its pages.
+  cudaError_t WriteKv(int l, int rows, const int32_t* positions, const int32_t* slots);
 
   const ModelConfig config_;
   const TpPlan plan_;

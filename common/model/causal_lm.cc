@@ -112,8 +112,7 @@ absl::Status CausalLm::SetFeatureLayers(std::vector<int> layers) {
   return absl::OkStatus();
 }
 
-absl::Status CausalLm::AppendContext(SeqId /*seq*/, int /*committed_len*/,
-                                     const TargetFeatures& /*rows*/) {
+absl::Status CausalLm::AppendContext(absl::Span<const ContextRows> /*batch*/) {
   return absl::FailedPreconditionError(
       absl::StrCat("the ", device(), " backend takes no context rows"));
 }

@@ -36,6 +36,14 @@ struct SeqTree {
 // attends to slots [0, L) and to itself and its ancestors. A chain (parents[i] = i - 1) is
 // ordinary causal prefill/decoding; the verifier's tree has one root, the bonus token.
 
+// One sequence's context rows for CausalLm::AppendContext: `rows` (not owned) go to slots
+// committed_len, committed_len + 1, ... of `seq`.
+struct ContextRows {
+  SeqId seq = 0;
+  int committed_len = 0;
+  const TargetFeatures* rows = nullptr;
+};
+
 struct LmOptions {
   int tensor_parallel = 1;  // ranks (threads on CPU); any count >= 1, uneven splits allowed
   int kv_pages = 0;         // 0: enough for max_batch sequences at full context
@@ -117,14 +125,21 @@ class CausalLm {
   // layers are strictly ascending within [0, num_layers).
   virtual absl::Status SetFeatureLayers(std::vector<int> layers);
   // A model with a context projection (config().context_width > 0, a DFlash drafter's body):
-  // appends rows.rows slots to `seq` after its committed_len slots whose K/V in every layer come
-  // from the rows, not from tokens: c = RMSNorm(row · context_fcᵀ) · context_norm, then per
-  // layer K = RoPE(k_norm(c · Wkᵀ)) and V = c · Wvᵀ at positions committed_len + i (no input
-  // norm; the same c feeds every layer). The slots count as committed: the next committed_len
-  // is committed_len + rows.rows. FAILED_PRECONDITION for a model without a projection;
-  // INVALID_ARGUMENT for rows of another width, an unknown sequence, a committed_len beyond its
-  // reserved slots or rows past the context; RESOURCE_EXHAUSTED when out of pages.
-  virtual absl::Status AppendContext(SeqId seq, int committed_len, const TargetFeatures& rows);
+  // appends each entry's rows.rows slots to its sequence after its committed_len slots, whose K/V
+  // in every layer come from the rows, not from tokens: c = RMSNorm(row · context_fcᵀ) ·
+  // context_norm, then per layer K = RoPE(k_norm(c · Wkᵀ)) and V = c · Wvᵀ at positions
+  // committed_len + i (no input norm; the same c feeds every layer). The slots count as
+  // committed: the next committed_len is committed_len + rows.rows. One batch runs as one pass
+  // over all its rows (the drafter batches its sessions' appends). All or nothing:
+  // FAILED_PRECONDITION for a model without a projection; INVALID_ARGUMENT naming the entry for
+  // rows of another width, an unknown or repeated sequence, a committed_len beyond its reserved
+  // slots or rows past the context; RESOURCE_EXHAUSTED when out of pages.
+  virtual absl::Status AppendContext(absl::Span<const ContextRows> batch);
+  // One sequence's rows.
+  absl::Status AppendContext(SeqId seq, int committed_len, const TargetFeatures& rows) {
+    const ContextRows one{seq, committed_len, &rows};
+    return AppendContext(absl::MakeConstSpan(&one, 1));
+  }
   const std::vector<int>& feature_layers() const { return feature_layers_; }
 
  protected:

@@ -103,7 +103,7 @@ class CpuCausalLm final : public CausalLm {
     CommitPath(cache_, pools_, seq, committed_len, path);
   }
   void Truncate(SeqId seq, int len) override { cache_.Truncate(seq, len); }
-  absl::Status AppendContext(SeqId seq, int committed_len, const TargetFeatures& rows) override;
+  absl::Status AppendContext(absl::Span<const ContextRows> batch) override;
 
  protected:
   absl::StatusOr<std::vector<float>> ForwardCapturing(absl::Span<const SeqTree> batch,
@@ -111,7 +111,6 @@ class CpuCausalLm final : public CausalLm {
 
  private:
   void BuildPlan(absl::Span<const SeqTree> batch, BatchPlan& plan) const;
-
 
   // The forward pass of one rank.
   void RankForward(Rank& r, const BatchPlan& b) const;
@@ -132,7 +131,7 @@ class CpuCausalLm final : public CausalLm {
   PagedKvCache cache_;
   const std::vector<float> inv_freq_;  // [head_dim / 2]
   std::vector<std::unique_ptr<Rank>> ranks_;
-  std::vector<KvPool*> pools_;  // [tp] every rank's pool, for CommitPath
+  std::vector<KvPool*> pools_;            // [tp] every rank's pool, for CommitPath
   std::unique_ptr<RankThreads> threads_;  // one thread per rank
 };
 
@@ -202,7 +201,7 @@ void CpuCausalLm::Attention(Rank& r, const BatchPlan& b, int layer) const {
   r.q.resize(static_cast<size_t>(m) * hq * d);
   r.attn.resize(static_cast<size_t>(m) * hq * d);
 
-  MatMul(r.h.data(), w.wq.data(), m, hq * d, hidden, r.q.data());  // q = h · Wqᵀ
+  MatMul(r.h.data(), w.wq.data(), m, hq * d, hidden, r.q.data());     // q = h · Wqᵀ
   if (config_.qkv_bias) AddBias(w.bq.data(), m, hq * d, r.q.data());  // Qwen2
   if (config_.qk_norm) {                                              // Qwen3: per head
     RmsNorm(r.q.data(), w.q_norm.data(), m * hq, d, config_.rms_norm_eps, r.q.data());
@@ -345,26 +344,29 @@ absl::StatusOr<std::vector<float>> CpuCausalLm::ForwardCapturing(absl::Span<cons
   return logits;
 }
 
-absl::Status CpuCausalLm::AppendContext(SeqId seq, int committed_len,
-                                        const TargetFeatures& rows) {
-  RETURN_IF_ERROR(ReserveContextRows(config_, cache_, seq, committed_len, rows));
-  const int n = rows.rows, hidden = config_.hidden_size, ps = options_.kv_page_size;
+absl::Status CpuCausalLm::AppendContext(absl::Span<const ContextRows> batch) {
+  RETURN_IF_ERROR(ReserveContextRows(config_, cache_, batch));
+  const int hidden = config_.hidden_size, ps = options_.kv_page_size;
+  // Every entry's rows as one [n, width] matrix, with each row's position and slot.
+  std::vector<float> x;
+  std::vector<int> positions, slot_page, slot_offset;
+  for (const ContextRows& e : batch) {
+    const std::vector<int> pages = cache_.Pages(e.seq);
+    for (int i = 0; i < e.rows->rows; ++i) {
+      const int slot = e.committed_len + i;
+      positions.push_back(slot);
+      slot_page.push_back(pages[slot / ps]);
+      slot_offset.push_back(slot % ps);
+    }
+    for (const uint16_t v : e.rows->bf16) x.push_back(Bf16BitsToFloat(v));
+  }
+  const int n = static_cast<int>(positions.size());
   if (n == 0) return absl::OkStatus();
   // c = RMSNorm(rows · fcᵀ): the same on every rank (each holds the whole projection).
   const ModelWeights& w = ranks_[0]->w;
-  std::vector<float> x(rows.bf16.size());
-  for (size_t i = 0; i < x.size(); ++i) x[i] = Bf16BitsToFloat(rows.bf16[i]);
   std::vector<float> c(static_cast<size_t>(n) * hidden);
-  MatMul(x.data(), w.context_fc.data(), n, hidden, rows.width, c.data());
+  MatMul(x.data(), w.context_fc.data(), n, hidden, config_.context_width, c.data());
   RmsNorm(c.data(), w.context_norm.data(), n, hidden, config_.rms_norm_eps, c.data());
-  const std::vector<int> pages = cache_.Pages(seq);
-  std::vector<int> positions(n), slot_page(n), slot_offset(n);
-  for (int i = 0; i < n; ++i) {
-    const int slot = committed_len + i;
-    positions[i] = slot;
-    slot_page[i] = pages[slot / ps];
-    slot_offset[i] = slot % ps;
-  }
   const int half = config_.head_dim / 2;
   std::vector<float> cos(static_cast<size_t>(n) * half), sin(cos.size());
   RopeTables(inv_freq_, config_.rope_scaling.attention_factor, positions, cos.data(), sin.data());

@@ -239,5 +239,58 @@ TEST(DflashModelTest, BidirectionalBlocksSeeTheWholeBlock) {
   EXPECT_EQ(first_row(true, 1), first_row(false, 1));
 }
 
+// Several sequences' rows appended in one call write what appending each alone writes (the
+// blocks after them give the same logits, bit for bit: the CPU's sums are batch-invariant), and
+// a batch with one bad entry changes no sequence.
+TEST(DflashModelTest, ABatchOfAppendsIsEachAppendAlone) {
+  CpuDflash d =
+      LoadCpuDflash(Source("tests/data/models/dflash_random"), Source("models/tiny-target"));
+  ASSERT_NE(d.lm, nullptr);
+  auto rows_of = [](int n, int seed) {
+    TargetFeatures rows{n, 512, {}};
+    for (int i = 0; i < n * 512; ++i) {
+      rows.bf16.push_back(FloatToBf16Bits(0.01f * ((i + 13 * seed) % 89) - 0.4f));
+    }
+    return rows;
+  };
+  const TargetFeatures a = rows_of(3, 1), b = rows_of(0, 2), c = rows_of(5, 3);
+  std::vector<SeqId> together, alone;
+  for (int i = 0; i < 3; ++i) together.push_back(d.lm->CreateSequence());
+  for (int i = 0; i < 3; ++i) alone.push_back(d.lm->CreateSequence());
+  ASSERT_TRUE(d.lm->AppendContext(alone[0], 0, a).ok());
+  ASSERT_TRUE(d.lm->AppendContext(alone[1], 0, b).ok());
+  ASSERT_TRUE(d.lm->AppendContext(alone[2], 0, c).ok());
+  const std::vector<ContextRows> batch = {
+      {together[0], 0, &a}, {together[1], 0, &b}, {together[2], 0, &c}};
+  ASSERT_TRUE(d.lm->AppendContext(batch).ok());
+  const int lens[] = {3, 0, 5};
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(i);
+    absl::StatusOr<std::vector<float>> want =
+        d.lm->Forward({DflashBlock(d.config, alone[i], lens[i], 7, 4)});
+    absl::StatusOr<std::vector<float>> got =
+        d.lm->Forward({DflashBlock(d.config, together[i], lens[i], 7, 4)});
+    ASSERT_TRUE(want.ok() && got.ok());
+    EXPECT_EQ(*got, *want);
+    d.lm->Truncate(alone[i], lens[i]);
+    d.lm->Truncate(together[i], lens[i]);
+  }
+  // A repeated sequence, or one bad entry: refused, naming the entry; nothing appended.
+  const std::vector<ContextRows> twice = {{together[0], 3, &a}, {together[0], 6, &a}};
+  absl::Status s = d.lm->AppendContext(twice);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("entry 1"));
+  const SeqId fresh = d.lm->CreateSequence();
+  const std::vector<ContextRows> one_bad = {{fresh, 0, &a}, {together[1], 4, &a}};
+  s = d.lm->AppendContext(one_bad);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("entry 1"));
+  // `fresh` got no slots: a block after 3 context rows is past them.
+  EXPECT_EQ(d.lm->Forward({DflashBlock(d.config, fresh, 3, 7, 4)}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(d.lm->AppendContext(fresh, 0, a).ok());
+  EXPECT_TRUE(d.lm->Forward({DflashBlock(d.config, fresh, 3, 7, 4)}).ok());
+}
+
 }  // namespace
 }  // namespace treespec

@@ -45,14 +45,14 @@ absl::Status ValidateForwardBatch(const ModelConfig& config, PagedKvCache& cache
     }
     if (s.bidirectional) {
       if (s.first_new != 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, "a bidirectional tree is computed whole (first_new ",
-                         s.first_new, ", want 0)"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, "a bidirectional tree is computed whole (first_new ", s.first_new, ", want 0)"));
       }
       for (int i = 0; i < n; ++i) {
         if (s.parents[i] != i - 1) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              where, "a bidirectional tree is a chain, but node ", i, " has parent ", s.parents[i]));
+          return absl::InvalidArgumentError(
+              absl::StrCat(where, "a bidirectional tree is a chain, but node ", i, " has parent ",
+                           s.parents[i]));
         }
       }
     }
@@ -71,35 +71,53 @@ absl::Status ValidateForwardBatch(const ModelConfig& config, PagedKvCache& cache
   return absl::OkStatus();
 }
 
-absl::Status ReserveContextRows(const ModelConfig& config, PagedKvCache& cache, SeqId seq,
-                                int committed_len, const TargetFeatures& rows) {
-  const std::string where = absl::StrCat("context rows of sequence ", seq, ": ");
+absl::Status ReserveContextRows(const ModelConfig& config, PagedKvCache& cache,
+                                absl::Span<const ContextRows> batch) {
   if (config.context_width == 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat(where, "this model has no context projection (not a DFlash drafter)"));
+        "context rows: this model has no context projection (not a DFlash drafter)");
   }
-  if (rows.width != config.context_width ||
-      rows.bf16.size() != static_cast<size_t>(rows.rows) * rows.width) {
-    return absl::InvalidArgumentError(absl::StrCat(where, rows.rows, " rows of width ", rows.width,
-                                                   " in ", rows.bf16.size(),
-                                                   " values; this model reads rows of width ",
-                                                   config.context_width));
+  absl::flat_hash_set<SeqId> seen;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const ContextRows& e = batch[b];
+    const std::string where =
+        absl::StrCat("context rows of sequence ", e.seq, " (entry ", b, "): ");
+    if (e.rows == nullptr) return absl::InvalidArgumentError(absl::StrCat(where, "no rows"));
+    const TargetFeatures& rows = *e.rows;
+    if (rows.width != config.context_width ||
+        rows.bf16.size() != static_cast<size_t>(rows.rows) * rows.width) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, rows.rows, " rows of width ", rows.width, " in ", rows.bf16.size(),
+                       " values; this model reads rows of width ", config.context_width));
+    }
+    if (!cache.Reserve(e.seq, 0).ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "unknown sequence"));
+    }
+    if (!seen.insert(e.seq).second) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "the sequence is in the batch twice"));
+    }
+    const int reserved = cache.num_reserved_slots(e.seq);
+    if (e.committed_len < 0 || e.committed_len > reserved) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "committed_len ", e.committed_len,
+                                                     " outside the sequence's ", reserved,
+                                                     " reserved slots"));
+    }
+    if (static_cast<int64_t>(e.committed_len) + rows.rows > config.max_position_embeddings) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "committed_len ", e.committed_len, " + ", rows.rows,
+                       " rows exceeds the context of ", config.max_position_embeddings, " tokens"));
+    }
   }
-  if (!cache.Reserve(seq, 0).ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(where, "unknown sequence"));
+  std::vector<int> before(batch.size());
+  for (size_t b = 0; b < batch.size(); ++b) {
+    before[b] = cache.num_reserved_slots(batch[b].seq);
+    absl::Status status = cache.Reserve(batch[b].seq, batch[b].committed_len + batch[b].rows->rows);
+    if (!status.ok()) {
+      for (size_t u = 0; u < b; ++u) cache.Truncate(batch[u].seq, before[u]);
+      return status;
+    }
   }
-  const int reserved = cache.num_reserved_slots(seq);
-  if (committed_len < 0 || committed_len > reserved) {
-    return absl::InvalidArgumentError(absl::StrCat(where, "committed_len ", committed_len,
-                                                   " outside the sequence's ", reserved,
-                                                   " reserved slots"));
-  }
-  if (static_cast<int64_t>(committed_len) + rows.rows > config.max_position_embeddings) {
-    return absl::InvalidArgumentError(absl::StrCat(where, "committed_len ", committed_len, " + ",
-                                                   rows.rows, " rows exceeds the context of ",
-                                                   config.max_position_embeddings, " tokens"));
-  }
-  return cache.Reserve(seq, committed_len + rows.rows);
+  return absl::OkStatus();
 }
 
 absl::Status ReserveForwardBatch(PagedKvCache& cache, absl::Span<const SeqTree> batch) {

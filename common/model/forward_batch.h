@@ -20,9 +20,9 @@ absl::Status ValidateForwardBatch(const ModelConfig& config, PagedKvCache& cache
                                   absl::Span<const SeqTree> batch);
 
 // CausalLm::AppendContext's checks (its errors), then reserves slots [0, committed_len +
-// rows.rows) of `seq`.
-absl::Status ReserveContextRows(const ModelConfig& config, PagedKvCache& cache, SeqId seq,
-                                int committed_len, const TargetFeatures& rows);
+// rows.rows) of every entry's sequence, all or nothing (as ReserveForwardBatch).
+absl::Status ReserveContextRows(const ModelConfig& config, PagedKvCache& cache,
+                                absl::Span<const ContextRows> batch);
 
 // Reserves slots [0, L + n) of every sequence, all or nothing (RESOURCE_EXHAUSTED when the
 // pool runs out; the sequences reserved so far are truncated back).
