@@ -558,9 +558,10 @@ TEST(CudaCausalLmTest, BadBatchesAreRefusedLikeTheCpu) {
 // rounding; every new row or the last of each entry; chunks (max_rows 3) that cut entries and
 // runs of wanted rows; k above the device limit falls back to the host path.
 // A DFlash drafter's body (models/tiny-dflash on its target's embedding and head): context
-// rows appended in chunks (AppendContext: fc, its norm, every layer's K/V), then bidirectional
-// blocks, two sequences' in one forward, on both backends. With max_rows 20 the 50-row append
-// runs in chunks and the second 16-node block cannot share the first's chunk (a block is never
+// rows appended in chunks (AppendContext: fc, its norm, every layer's K/V; the GPU takes both
+// sequences' rows in one call, the CPU each alone), then bidirectional blocks, two sequences' in
+// one forward, on both backends. With max_rows 20 the 59-row append runs in chunks that end
+// inside an entry and the second 16-node block cannot share the first's chunk (a block is never
 // split). Same tolerance as the models above.
 TEST(CudaCausalLmTest, DflashBlocksMatchCpu) {
   SKIP_WITHOUT_GPU();
@@ -597,9 +598,10 @@ TEST(CudaCausalLmTest, DflashBlocksMatchCpu) {
       const TargetFeatures r0 = rows_of(n0), r1 = rows_of(n1);
       ASSERT_TRUE(p.cpu->AppendContext(c0, context0, r0).ok());
       ASSERT_TRUE(p.cpu->AppendContext(c1, context1, r1).ok());
-      absl::Status s = p.gpu->AppendContext(g0, context0, r0);
+      // The GPU appends both in one call (with max_rows 20, chunks that end inside an entry).
+      const std::vector<ContextRows> both = {{g0, context0, &r0}, {g1, context1, &r1}};
+      absl::Status s = p.gpu->AppendContext(both);
       ASSERT_TRUE(s.ok()) << s;
-      ASSERT_TRUE(p.gpu->AppendContext(g1, context1, r1).ok());
       context0 += n0;
       context1 += n1;
       const int32_t bonus = static_cast<int32_t>(rng() % vocab);
@@ -622,8 +624,9 @@ TEST(CudaCausalLmTest, DflashBlocksMatchCpu) {
       }
     }
     std::cerr << "DFlash blocks (max_rows " << max_rows << "): " << c.rows
-              << " rows, worst |gpu - cpu| " << c.worst_rel << " of the row scale, argmax differs in "
-              << c.argmax_differs << " (near-ties " << c.near_ties << ")\n";
+              << " rows, worst |gpu - cpu| " << c.worst_rel
+              << " of the row scale, argmax differs in " << c.argmax_differs << " (near-ties "
+              << c.near_ties << ")\n";
     EXPECT_LE(c.worst_rel, 0.04);
     EXPECT_LE(c.near_ties, std::max(c.rows / 20, c.close_rows / 2));
     // A block longer than a chunk is refused, not split.
