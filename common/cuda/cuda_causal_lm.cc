@@ -129,7 +129,7 @@ class CudaCausalLm final : public CausalLm {
   std::unique_ptr<RankThreads> threads_;
 
   std::vector<int32_t> chunk_meta_;        // a chunk's tokens, positions, slots (shards copy them)
-  std::vector<uint16_t> context_staging_;  // an AppendContext chunk's rows, gathered
+  std::vector<uint16_t> context_staging_;  // an AppendContext's rows, gathered
   PinnedBuffer staging_;                   // Commit's meta
   PinnedBuffer step_staging_;              // the verify step's inputs (StepLayout)
   std::vector<int32_t> step_out_host_;
@@ -219,9 +219,10 @@ absl::Status CudaCausalLm::SetFeatureLayers(std::vector<int> layers) {
 absl::Status CudaCausalLm::AppendContext(absl::Span<const ContextRows> batch) {
   RETURN_IF_ERROR(ReserveContextRows(config_, cache_, batch));
   const int ps = cache_.page_size(), width = config_.context_width;
-  // Every entry's rows in order, max_rows_ at a time: [unused tokens, positions, slots] and the
-  // chunk's rows gathered in one host buffer.
+  // Every entry's rows in order, in one host buffer with each row's position and slot; then
+  // max_rows_ at a time: [unused tokens, positions, slots] and the chunk's rows.
   std::vector<int32_t> positions, slots;
+  context_staging_.clear();
   for (const ContextRows& e : batch) {
     const std::vector<int> pages = cache_.Pages(e.seq);
     for (int i = 0; i < e.rows->rows; ++i) {
@@ -229,32 +230,17 @@ absl::Status CudaCausalLm::AppendContext(absl::Span<const ContextRows> batch) {
       positions.push_back(slot);
       slots.push_back(pages[slot / ps] * ps + slot % ps);
     }
+    context_staging_.insert(context_staging_.end(), e.rows->bf16.begin(), e.rows->bf16.end());
   }
   const int total = static_cast<int>(positions.size());
-  size_t entry = 0;
-  int entry_row = 0;  // the next row of batch[entry] to gather
   for (int row0 = 0; row0 < total; row0 += max_rows_) {
     const int n = std::min(max_rows_, total - row0);
     chunk_meta_.assign(3 * static_cast<size_t>(n), 0);
     std::copy_n(positions.begin() + row0, n, chunk_meta_.begin() + n);
     std::copy_n(slots.begin() + row0, n, chunk_meta_.begin() + 2 * n);
-    context_staging_.resize(static_cast<size_t>(n) * width);
-    for (int gathered = 0; gathered < n;) {
-      const TargetFeatures& rows = *batch[entry].rows;
-      const int take = std::min(n - gathered, rows.rows - entry_row);
-      std::copy_n(rows.bf16.begin() + static_cast<size_t>(entry_row) * width,
-                  static_cast<size_t>(take) * width,
-                  context_staging_.begin() + static_cast<size_t>(gathered) * width);
-      gathered += take;
-      entry_row += take;
-      if (entry_row == rows.rows) {
-        ++entry;
-        entry_row = 0;
-      }
-    }
-    RETURN_IF_ERROR(OnRanks([&](ModelShard& shard) {
-      return shard.AppendContext(chunk_meta_.data(), context_staging_.data(), n);
-    }));
+    const uint16_t* chunk = context_staging_.data() + static_cast<size_t>(row0) * width;
+    RETURN_IF_ERROR(OnRanks(
+        [&](ModelShard& shard) { return shard.AppendContext(chunk_meta_.data(), chunk, n); }));
   }
   return absl::OkStatus();
 }

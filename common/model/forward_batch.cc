@@ -1,12 +1,31 @@
 #include "common/model/forward_batch.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
 namespace treespec {
+namespace {
+
+// Reserves slots [0, need) of every (sequence, need), all or nothing: on the first failure the
+// sequences reserved so far are truncated back.
+absl::Status ReserveAll(PagedKvCache& cache, absl::Span<const std::pair<SeqId, int>> needs) {
+  std::vector<int> before(needs.size());
+  for (size_t b = 0; b < needs.size(); ++b) {
+    before[b] = cache.num_reserved_slots(needs[b].first);
+    absl::Status status = cache.Reserve(needs[b].first, needs[b].second);
+    if (!status.ok()) {
+      for (size_t u = 0; u < b; ++u) cache.Truncate(needs[u].first, before[u]);
+      return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status ValidateForwardBatch(const ModelConfig& config, PagedKvCache& cache,
                                   absl::Span<const SeqTree> batch) {
@@ -108,30 +127,17 @@ absl::Status ReserveContextRows(const ModelConfig& config, PagedKvCache& cache,
                        " rows exceeds the context of ", config.max_position_embeddings, " tokens"));
     }
   }
-  std::vector<int> before(batch.size());
-  for (size_t b = 0; b < batch.size(); ++b) {
-    before[b] = cache.num_reserved_slots(batch[b].seq);
-    absl::Status status = cache.Reserve(batch[b].seq, batch[b].committed_len + batch[b].rows->rows);
-    if (!status.ok()) {
-      for (size_t u = 0; u < b; ++u) cache.Truncate(batch[u].seq, before[u]);
-      return status;
-    }
-  }
-  return absl::OkStatus();
+  std::vector<std::pair<SeqId, int>> needs;
+  for (const ContextRows& e : batch) needs.emplace_back(e.seq, e.committed_len + e.rows->rows);
+  return ReserveAll(cache, needs);
 }
 
 absl::Status ReserveForwardBatch(PagedKvCache& cache, absl::Span<const SeqTree> batch) {
-  std::vector<int> before(batch.size());
-  for (size_t b = 0; b < batch.size(); ++b) {
-    before[b] = cache.num_reserved_slots(batch[b].seq);
-    const int need = batch[b].committed_len + static_cast<int>(batch[b].tokens.size());
-    absl::Status status = cache.Reserve(batch[b].seq, need);
-    if (!status.ok()) {
-      for (size_t u = 0; u < b; ++u) cache.Truncate(batch[u].seq, before[u]);
-      return status;
-    }
+  std::vector<std::pair<SeqId, int>> needs;
+  for (const SeqTree& t : batch) {
+    needs.emplace_back(t.seq, t.committed_len + static_cast<int>(t.tokens.size()));
   }
-  return absl::OkStatus();
+  return ReserveAll(cache, needs);
 }
 
 }  // namespace treespec
