@@ -30,6 +30,7 @@
 #include "common/backend/load_model.h"
 #include "common/model/causal_lm.h"
 #include "common/model/cpu_test_util.h"
+#include "common/model/forwarding_causal_lm.h"
 #include "common/model/random_model.h"
 #include "common/rpc/grpc_shutdown.h"
 #include "common/util/status_macros.h"
@@ -69,19 +70,13 @@ double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(
 // A CausalLm that passes every call on and times Forward and ForwardTopK (the draft model's
 // share of a step). host_top_k ranks on the host from the full logits (CausalLm's default
 // ForwardTopK) instead of on the device, for an A/B of the two in one run.
-class TimedLm final : public CausalLm {
+class TimedLm final : public ForwardingCausalLm {
  public:
   TimedLm(std::unique_ptr<CausalLm> lm, bool host_top_k)
-      : lm_(std::move(lm)), host_top_k_(host_top_k) {}
-  const ModelConfig& config() const override { return lm_->config(); }
-  int tensor_parallel() const override { return lm_->tensor_parallel(); }
-  std::string device() const override { return lm_->device(); }
-  SeqId CreateSequence() override { return lm_->CreateSequence(); }
-  void FreeSequence(SeqId seq) override { lm_->FreeSequence(seq); }
-  PagedKvCache& kv_cache() override { return lm_->kv_cache(); }
+      : ForwardingCausalLm(std::move(lm)), host_top_k_(host_top_k) {}
   absl::StatusOr<std::vector<float>> Forward(absl::Span<const SeqTree> batch) override {
     const auto t0 = Clock::now();
-    auto logits = lm_->Forward(batch);
+    auto logits = ForwardingCausalLm::Forward(batch);
     time_ += Clock::now() - t0;
     ++calls_;
     for (const SeqTree& s : batch) rows_ += static_cast<int64_t>(s.tokens.size()) - s.first_new;
@@ -96,17 +91,12 @@ class TimedLm final : public CausalLm {
       time_ = forward_before + (Clock::now() - t0);
       return top;
     }
-    auto top = lm_->ForwardTopK(batch, k, rows);
+    auto top = ForwardingCausalLm::ForwardTopK(batch, k, rows);
     time_ += Clock::now() - t0;
     ++calls_;
     for (const SeqTree& s : batch) rows_ += static_cast<int64_t>(s.tokens.size()) - s.first_new;
     return top;
   }
-  void Commit(SeqId seq, int committed_len, absl::Span<const int> path) override {
-    lm_->Commit(seq, committed_len, path);
-  }
-  void Truncate(SeqId seq, int len) override { lm_->Truncate(seq, len); }
-
   // Forward time, calls and rows since the last call.
   void Take(Clock::duration* time, int64_t* calls, int64_t* rows) {
     *time = std::exchange(time_, Clock::duration{});
@@ -115,7 +105,6 @@ class TimedLm final : public CausalLm {
   }
 
  private:
-  std::unique_ptr<CausalLm> lm_;
   const bool host_top_k_;
   Clock::duration time_{};
   int64_t calls_ = 0, rows_ = 0;

@@ -17,6 +17,7 @@
 #include "common/model/cpu_causal_lm.h"
 #include "common/model/cpu_test_util.h"
 #include "common/model/dtype.h"
+#include "common/model/forwarding_causal_lm.h"
 #include "drafter_service/dflash_drafter.h"
 #include "drafter_service/draft_model_drafter.h"
 #include "gtest/gtest.h"
@@ -27,18 +28,9 @@ namespace {
 // Passes every call on; records each ForwardTopK's and AppendContext's batch size, holds the
 // first of them back for a while (so the other sessions' jobs queue up behind it) and fails
 // batches that hold `poison`.
-class WatchedLm final : public CausalLm {
+class WatchedLm final : public ForwardingCausalLm {
  public:
-  explicit WatchedLm(std::unique_ptr<CausalLm> lm) : lm_(std::move(lm)) {}
-  const ModelConfig& config() const override { return lm_->config(); }
-  int tensor_parallel() const override { return 1; }
-  std::string device() const override { return lm_->device(); }
-  SeqId CreateSequence() override { return lm_->CreateSequence(); }
-  void FreeSequence(SeqId seq) override { lm_->FreeSequence(seq); }
-  PagedKvCache& kv_cache() override { return lm_->kv_cache(); }
-  absl::StatusOr<std::vector<float>> Forward(absl::Span<const SeqTree> batch) override {
-    return lm_->Forward(batch);
-  }
+  explicit WatchedLm(std::unique_ptr<CausalLm> lm) : ForwardingCausalLm(std::move(lm)) {}
   absl::StatusOr<std::vector<std::vector<TokenLogProb>>> ForwardTopK(
       absl::Span<const SeqTree> batch, int k, TopKRows rows) override {
     if (calls_++ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -46,29 +38,23 @@ class WatchedLm final : public CausalLm {
     for (const SeqTree& t : batch) {
       if (t.seq == poison_) return absl::ResourceExhaustedError("poisoned sequence");
     }
-    auto ranked = lm_->ForwardTopK(batch, k, rows);
+    auto ranked = ForwardingCausalLm::ForwardTopK(batch, k, rows);
     if (ranked.ok() && drop_row_ && !ranked->empty()) ranked->pop_back();  // a broken backend
     return ranked;
   }
-  void Commit(SeqId seq, int committed_len, absl::Span<const int> path) override {
-    lm_->Commit(seq, committed_len, path);
-  }
-  void Truncate(SeqId seq, int len) override { lm_->Truncate(seq, len); }
   absl::Status AppendContext(absl::Span<const ContextRows> batch) override {
     if (calls_++ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
     largest_append_ = std::max(largest_append_.load(), static_cast<int>(batch.size()));
     for (const ContextRows& e : batch) {
       if (e.seq == poison_) return absl::ResourceExhaustedError("poisoned sequence");
     }
-    return lm_->AppendContext(batch);
+    return ForwardingCausalLm::AppendContext(batch);
   }
+  using ForwardingCausalLm::AppendContext;
 
   std::atomic<int> calls_{0}, largest_batch_{0}, largest_append_{0};
   std::atomic<SeqId> poison_{-1};
   std::atomic<bool> drop_row_{false};
-
- private:
-  std::unique_ptr<CausalLm> lm_;
 };
 
 std::unique_ptr<CausalLm> CpuLm(const ModelConfig& config) {

@@ -76,6 +76,8 @@ absl::Status ValidateEngineOptions(const EngineOptions& o) {
 Engine::Engine(CausalLm* model, const Tokenizer* tokenizer, DraftSource* drafts,
                EngineOptions options)
     : model_(model), tokenizer_(tokenizer), drafts_(drafts), options_(std::move(options)) {
+  step_cost_ = std::move(options_.step_cost);
+  options_.step_cost.reset();
   const int model_context = model_->config().max_position_embeddings;
   if (options_.context_length <= 0 || options_.context_length > model_context) {
     options_.context_length = model_context;
@@ -311,6 +313,7 @@ EngineSnapshot Engine::Snapshot() const {
   s.kv_pages_free = model_->kv_cache().free_pages();
   s.kv_pages_total = model_->kv_cache().num_pages();
   s.kv_page_size = model_->kv_cache().page_size();
+  if (step_cost_.has_value()) s.step_cost = step_cost_stats_;
   return s;
 }
 
@@ -523,9 +526,33 @@ void Engine::Step(const std::vector<Active*>& members) {
   }
   const StepTiming timing{absl::ToDoubleMilliseconds(forward_start - step_start),
                           absl::ToDoubleMilliseconds(forward_end - forward_start), forward_end};
+  const bool verify_only = std::all_of(members.begin(), members.end(),
+                                       [](const Active* a) { return a->prefilled; });
+  if (step_cost_.has_value() && verify_only) ObserveStepCost(batch, timing.forward_ms);
   for (size_t b = 0; b < members.size(); ++b) {
     ApplyResult(*members[b], batch[b], std::move((*results)[b]), timing);
   }
+}
+
+void Engine::ObserveStepCost(const std::vector<SeqTree>& batch, double forward_ms) {
+  int64_t drafted = 0, context = 0;
+  for (const SeqTree& t : batch) {
+    drafted += static_cast<int64_t>(t.tokens.size()) - 1;
+    context += t.committed_len;
+  }
+  const double n = static_cast<double>(batch.size());
+  const StepShape shape{static_cast<int>(batch.size()), drafted / n, context / n};
+  const double predicted = step_cost_->PredictMs(shape);
+  step_cost_->Observe(shape, forward_ms);
+  const double ratio = forward_ms / predicted;
+  const auto& bounds = StepCostStats::kRatioBounds;
+  const size_t bucket = std::lower_bound(bounds.begin(), bounds.end(), ratio) - bounds.begin();
+  std::lock_guard<std::mutex> lock(mu_);
+  ++step_cost_stats_.steps;
+  step_cost_stats_.predicted_ms += predicted;
+  step_cost_stats_.measured_ms += forward_ms;
+  step_cost_stats_.ratio_sum += ratio;
+  if (bucket < bounds.size()) ++step_cost_stats_.ratio_counts[bucket];
 }
 
 std::vector<SeqTree> Engine::BuildBatch(const std::vector<Active*>& members) {

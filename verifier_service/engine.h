@@ -4,10 +4,12 @@
 #ifndef TREESPEC_VERIFIER_SERVICE_ENGINE_H_
 #define TREESPEC_VERIFIER_SERVICE_ENGINE_H_
 
+#include <array>
 #include <condition_variable>
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,6 +22,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "verifier_service/draft_source.h"
 #include "verifier_service/request.h"
+#include "verifier_service/step_cost_model.h"
 
 namespace treespec {
 
@@ -35,6 +38,9 @@ struct EngineOptions {
   int context_length = 0;                                 // 0: the model's max_position_embeddings
   absl::Duration draft_timeout = absl::Milliseconds(50);  // per-step wait for a draft
   int max_consecutive_timeouts = 3;                       // then stop waiting for that session
+  // What a verify step costs on this model (step_cost_profiler.h); the engine takes it over and
+  // refreshes it from every verify step's measured forward time. None: no cost model.
+  std::optional<StepCostModel> step_cost;
 };
 
 // Flag-level checks (the message names the flag); the engine assumes options that pass.
@@ -54,12 +60,26 @@ class RequestSink {
   virtual void OnUpdate(GenerationUpdate update) = 0;
 };
 
+// How the step-cost model's predictions compared with the verify steps' measured forward
+// times (steps with a prefill are not verify steps and are left out).
+struct StepCostStats {
+  // Upper bounds of the measured / predicted buckets (a Prometheus histogram's "le").
+  static constexpr std::array<double, 10> kRatioBounds{0.5, 0.8, 0.9, 0.95, 1.0,
+                                                       1.05, 1.1, 1.25, 2.0, 4.0};
+  int64_t steps = 0;
+  double predicted_ms = 0;  // summed over the steps
+  double measured_ms = 0;
+  double ratio_sum = 0;     // of measured / predicted
+  std::array<int64_t, kRatioBounds.size()> ratio_counts{};  // not cumulative; above 4: none
+};
+
 struct EngineSnapshot {
   int running = 0;
   int queued = 0;
   int kv_pages_free = 0;
   int kv_pages_total = 0;
   int kv_page_size = 0;
+  std::optional<StepCostStats> step_cost;  // with a step-cost model
 };
 
 class Engine {
@@ -133,6 +153,9 @@ class Engine {
     double forward_ms = 0;  // the model's VerifyStep
     absl::Time forward_end;
   };
+  // A verify step of `batch` took `forward_ms`: the cost model's prediction is scored and the
+  // model refreshed. Not for steps with a prefill.
+  void ObserveStepCost(const std::vector<SeqTree>& batch, double forward_ms);
   // Commits the accepted path, streams the emitted tokens, finishes or commits to the drafter.
   void ApplyResult(Active& active, const SeqTree& tree, StepResult result,
                    const StepTiming& timing);
@@ -160,6 +183,8 @@ class Engine {
   int64_t draft_events_ = 0;  // bumped on every arrival, so waits can't miss one
 
   std::vector<std::unique_ptr<Active>> running_;  // engine thread only
+  std::optional<StepCostModel> step_cost_;        // engine thread only
+  StepCostStats step_cost_stats_;                 // guarded by mu_
   int pages_promised_ = 0;  // worst-case pages of running requests (engine thread)
   std::thread thread_;
 };

@@ -1,5 +1,5 @@
 // Speculation on the GPU (DESIGN §3, §8): the tiny target on the CUDA backend, verified against
-// trees from the tiny draft model; greedy output with speculation must equal target-only
+// trees from the tiny draft model and from the tiny DFlash drafter; greedy output with speculation must equal target-only
 // greedy output on the same GPU, token for token, on the held-out prompts. In bf16 a tree node
 // and the same token decoded alone run different GEMM shapes, so an exact tie can break
 // differently; where the outputs diverge the test recomputes the target's top-2 logit margin at
@@ -16,10 +16,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/backend/load_model.h"
 #include "common/cuda/cuda_causal_lm.h"
 #include "common/model/causal_lm.h"
 #include "common/model/cpu_test_util.h"
 #include "common/tokenizer/tokenizer.h"
+#include "drafter_service/dflash_drafter.h"
 #include "drafter_service/draft_model_drafter.h"
 #include "gtest/gtest.h"
 #include "verifier_service/engine.h"
@@ -60,23 +62,18 @@ double TopTwoMargin(CausalLm& model, const std::vector<int32_t>& context) {
   return (sorted[0] - sorted[1]) / scale;
 }
 
-// The target runs tensor-parallel over GPUs 0..tp-1; the draft model on one GPU.
-void CheckSpeculativeGreedyEqualsTargetOnly(int tp) {
-  LmOptions lm;
-  lm.max_batch = 8;
-  lm.tensor_parallel = tp;
-  auto target = gpu::LoadCudaCausalLm(Path("models/tiny-target"), lm);
-  ASSERT_TRUE(target.ok()) << target.status();
-  lm.tensor_parallel = 1;
-  auto draft = gpu::LoadCudaCausalLm(Path("models/tiny-draft"), lm);
-  ASSERT_TRUE(draft.ok()) << draft.status();
+// How a speculative run drafts: which kind, through which source, with which limits.
+struct SpecRun {
+  DrafterKind kind;
+  DraftSource* drafts;
+  SpecLimits limits;
+};
+
+// Greedy decoding of 12 held-out prompts on `target`, speculation off and then on: where the
+// two diverge, the target's top-2 margin there must be a near-tie.
+void CheckSpeculativeGreedyEqualsTargetOnly(CausalLm& target, const SpecRun& run) {
   auto tokenizer = LoadTokenizer(Path("models/tiny-target/tokenizer.json"));
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-  DraftModelOptions draft_options;
-  draft_options.shape = DraftShape::kTree;
-  DraftModelDrafterFactory factory(*std::move(draft), draft_options);
-  testing::LocalDraftSource drafts(&factory);
-
   int steps = 0, drafted = 0, accepted = 0, diverged = 0;
   const std::vector<std::vector<int32_t>> prompts = HeldOutPrompts(**tokenizer, 12);
   ASSERT_EQ(prompts.size(), 12u);
@@ -86,14 +83,13 @@ void CheckSpeculativeGreedyEqualsTargetOnly(int tp) {
     r.prompt = prompts[p];
     r.max_new_tokens = 64;
     r.ignore_eos = true;
-    r.spec.tree_budget = 16;
-    r.spec.max_depth = 8;
+    r.spec = run.limits;
     r.spec_mode = SpecMode::Off();
-    Engine plain_engine(target->get(), nullptr, nullptr, EngineOptions());
+    Engine plain_engine(&target, nullptr, nullptr, EngineOptions());
     const GenerationUpdate plain = testing::RunToEnd(plain_engine, r);
     ASSERT_TRUE(plain.status.ok()) << plain.status;
-    r.spec_mode = SpecMode::Of(DrafterKind::kDraftModel);
-    Engine spec_engine(target->get(), nullptr, &drafts, EngineOptions());
+    r.spec_mode = SpecMode::Of(run.kind);
+    Engine spec_engine(&target, nullptr, run.drafts, EngineOptions());
     const GenerationUpdate spec = testing::RunToEnd(spec_engine, r);
     ASSERT_TRUE(spec.status.ok()) << spec.status;
     steps += spec.stats.steps;
@@ -106,7 +102,7 @@ void CheckSpeculativeGreedyEqualsTargetOnly(int tp) {
     ++diverged;
     std::vector<int32_t> context = prompts[p];
     context.insert(context.end(), plain.token_ids.begin(), mismatch.second);
-    const double margin = TopTwoMargin(**target, context);
+    const double margin = TopTwoMargin(target, context);
     std::cerr << "prompt " << p << " diverges at token "
               << (mismatch.first - spec.token_ids.begin()) << "; top-2 margin there " << margin
               << " of the row's scale\n";
@@ -120,9 +116,47 @@ void CheckSpeculativeGreedyEqualsTargetOnly(int tp) {
   EXPECT_GT(mean_acceptance, 2.5) << "the draft tree should be accepted several tokens deep";
 }
 
+// The target runs tensor-parallel over GPUs 0..tp-1; the draft model (16-node trees) on one GPU.
+void CheckDraftModelSpeculation(int tp) {
+  LmOptions lm;
+  lm.max_batch = 8;
+  lm.tensor_parallel = tp;
+  auto target = gpu::LoadCudaCausalLm(Path("models/tiny-target"), lm);
+  ASSERT_TRUE(target.ok()) << target.status();
+  lm.tensor_parallel = 1;
+  auto draft = gpu::LoadCudaCausalLm(Path("models/tiny-draft"), lm);
+  ASSERT_TRUE(draft.ok()) << draft.status();
+  DraftModelOptions draft_options;
+  draft_options.shape = DraftShape::kTree;
+  DraftModelDrafterFactory factory(*std::move(draft), draft_options);
+  testing::LocalDraftSource drafts(&factory);
+  CheckSpeculativeGreedyEqualsTargetOnly(**target,
+                                         {DrafterKind::kDraftModel, &drafts, SpecLimits{16, 8}});
+}
+
 TEST(EngineGpuTest, SpeculativeGreedyEqualsTargetOnly) {
   if (!gpu::CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device: GPU test skipped";
-  CheckSpeculativeGreedyEqualsTargetOnly(1);
+  CheckDraftModelSpeculation(1);
+}
+
+// DFlash on the GPU with DDTree trees of 64 nodes, 15 deep (the e2e benchmark's), fed the verify
+// step's captured target features: 65-row verify steps, where the GEMMs run cuBLASLt and the
+// attention splits differently from plain decoding's, so near-ties may break either way.
+TEST(EngineGpuTest, DflashSpeculativeGreedyEqualsTargetOnly) {
+  if (!gpu::CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device: GPU test skipped";
+  LmOptions lm;
+  lm.max_batch = 8;
+  auto target = gpu::LoadCudaCausalLm(Path("models/tiny-target"), lm);
+  ASSERT_TRUE(target.ok()) << target.status();
+  absl::StatusOr<DflashLm> dflash =
+      LoadDflashLm(Path("models/tiny-dflash"), Path("models/tiny-target"), "cuda", lm);
+  ASSERT_TRUE(dflash.ok()) << dflash.status();
+  DflashDrafterFactory factory(std::move(dflash->config), std::move(dflash->lm), DflashOptions());
+  const SpecLimits limits{64, 15, 64};
+  DrafterPoolInfo pool{1, limits, {DrafterKind::kDflash}};
+  pool.feature_needs = {{DrafterKind::kDflash, factory.features()}};
+  testing::StatedPoolSource drafts(&factory, pool);
+  CheckSpeculativeGreedyEqualsTargetOnly(**target, {DrafterKind::kDflash, &drafts, limits});
 }
 
 // A session of a kind that reads target features is sent, commit by commit, the GPU verify
@@ -191,7 +225,7 @@ TEST(EngineGpuTest, AFeatureDrafterGetsTheFeaturesOfEveryContextToken) {
 
 TEST(EngineGpuTest, TensorParallelTargetSpeculativeGreedyEqualsTargetOnly) {
   if (gpu::CudaDeviceCount() < 2) GTEST_SKIP() << "fewer than 2 GPUs: TP=2 test skipped";
-  CheckSpeculativeGreedyEqualsTargetOnly(2);
+  CheckDraftModelSpeculation(2);
 }
 
 }  // namespace

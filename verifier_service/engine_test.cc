@@ -185,6 +185,34 @@ TEST_F(EngineTest, DraftModelSpeculationMatchesPlainChainAndTree) {
   }
 }
 
+// A step-cost model is scored against every verify step and refreshed from it: one that
+// predicts a second per step sees every step far faster (the lowest ratio bucket) and moves its
+// predictions down as steps are observed; the output is the same as without one.
+TEST_F(EngineTest, TheStepCostModelIsScoredAndRefreshedByEveryVerifyStep) {
+  const StepCostGrid grid{{1, 8}, {0, 16}, {0, 256}};
+  absl::StatusOr<StepCostModel> slow =
+      StepCostModel::Create(grid, std::vector<double>(grid.size(), 1000.0));
+  ASSERT_TRUE(slow.ok()) << slow.status();
+  EngineOptions options;
+  options.step_cost = *slow;
+  NgramDrafterFactory factory{NgramOptions()};
+  LocalDraftSource drafts(&factory);
+  Engine engine(target_.get(), nullptr, &drafts, options);
+  const GenerationRequest r = Request(Prompt(2), SpecMode::Of(DrafterKind::kNgram));
+  const GenerationUpdate out = RunToEnd(engine, r);
+  ASSERT_TRUE(out.status.ok()) << out.status;
+  EXPECT_THAT(out.token_ids, ElementsAreArray(Plain(r)));
+  const std::optional<StepCostStats> stats = engine.Snapshot().step_cost;
+  ASSERT_TRUE(stats.has_value());
+  EXPECT_EQ(stats->steps, out.stats.steps) << "every step after the prefill";
+  EXPECT_EQ(stats->ratio_counts[0], stats->steps);
+  EXPECT_GT(stats->measured_ms, 0);
+  EXPECT_LT(stats->predicted_ms, 0.9 * 1000.0 * static_cast<double>(stats->steps))
+      << "the predictions come down toward the measured times";
+  EXPECT_FALSE(Engine(target_.get(), nullptr, nullptr, EngineOptions()).Snapshot().step_cost)
+      << "no model, no figures";
+}
+
 TEST_F(EngineTest, BatchEqualsRequestsAlone) {
   NgramDrafterFactory factory{NgramOptions()};
   LocalDraftSource drafts(&factory);

@@ -1,6 +1,8 @@
 #include "verifier_service/serving_metrics.h"
 
+#include <limits>
 #include <string>
+#include <vector>
 #include <utility>
 
 #include "common/metrics/exposition.h"
@@ -95,6 +97,37 @@ void ServingMetrics::OnFinished(const GenerationUpdate& u) {
   bad_trees_->Increment(static_cast<double>(s.bad_trees));
 }
 
+namespace {
+
+// The step-cost model's score: measured / predicted verify step time as a histogram, and both
+// times summed.
+void AddStepCostFamilies(const StepCostStats& s, std::vector<prometheus::MetricFamily>& out) {
+  prometheus::MetricFamily ratio;
+  ratio.name = "treespec_step_cost_ratio";
+  ratio.help = "Verify step forward time measured / predicted by the step-cost model";
+  ratio.type = prometheus::MetricType::Histogram;
+  prometheus::ClientMetric metric;
+  metric.histogram.sample_count = static_cast<uint64_t>(s.steps);
+  metric.histogram.sample_sum = s.ratio_sum;
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < StepCostStats::kRatioBounds.size(); ++i) {
+    cumulative += static_cast<uint64_t>(s.ratio_counts[i]);
+    metric.histogram.bucket.push_back({cumulative, StepCostStats::kRatioBounds[i]});
+  }
+  metric.histogram.bucket.push_back({static_cast<uint64_t>(s.steps),
+                                     std::numeric_limits<double>::infinity()});
+  ratio.metric.push_back(std::move(metric));
+  out.push_back(std::move(ratio));
+  out.push_back(CounterFamily("treespec_step_cost_predicted_seconds_total",
+                              "Verify step forward time the step-cost model predicted",
+                              s.predicted_ms / 1e3));
+  out.push_back(CounterFamily("treespec_step_cost_measured_seconds_total",
+                              "Verify step forward time measured, for the same steps",
+                              s.measured_ms / 1e3));
+}
+
+}  // namespace
+
 std::vector<prometheus::MetricFamily> ServingMetrics::Collect() const {
   std::vector<prometheus::MetricFamily> families = registry_->Collect();
   const EngineSnapshot s = snapshot_();
@@ -106,6 +139,7 @@ std::vector<prometheus::MetricFamily> ServingMetrics::Collect() const {
   families.push_back(GaugeFamily(
       "treespec_kv_cache_utilization", "Used share of the KV cache pages",
       s.kv_pages_total > 0 ? 1.0 - static_cast<double>(s.kv_pages_free) / s.kv_pages_total : 0.0));
+  if (s.step_cost.has_value()) AddStepCostFamilies(*s.step_cost, families);
   return families;
 }
 

@@ -4,6 +4,10 @@
 //   gauges, read from the engine at scrape time:
 //     treespec_requests_running, treespec_requests_queued,
 //     treespec_kv_cache_pages, treespec_kv_cache_utilization (used / all pages, 0..1)
+//   with a step-cost model (EngineOptions::step_cost), also read at scrape time:
+//     treespec_step_cost_ratio (histogram of measured / predicted forward time per verify
+//       step: its median is the model's bias), treespec_step_cost_predicted_seconds_total and
+//       treespec_step_cost_measured_seconds_total (the same steps' times summed)
 //   histograms: treespec_time_to_first_token_seconds, treespec_inter_token_latency_seconds
 //     (the gap between two stream messages that brought tokens),
 //     treespec_drafter_round_trip_seconds (a commit sent to the drafter until its tree arrives)

@@ -16,6 +16,13 @@ treespec_add_test(NAME drafter_directory_test SOURCES drafter_directory_test.cc
 # Speculation on the GPU backend (label gpu; skips without a GPU).
 if(TREESPEC_HAVE_CUDA)
   treespec_add_test(NAME engine_gpu_test SOURCES engine_gpu_test.cc
-    LIBS treespec_engine_test_util treespec_cuda_lm treespec_tokenizer nlohmann_json::nlohmann_json
+    LIBS treespec_engine_test_util treespec_cuda_lm treespec_drafter treespec_backend treespec_tokenizer
+    nlohmann_json::nlohmann_json
     LABELS gpu)
 endif()
+treespec_add_test(NAME step_cost_model_test SOURCES step_cost_model_test.cc
+  LIBS treespec_engine GTest::gmock)
+treespec_add_test(NAME step_cost_profiler_test SOURCES step_cost_profiler_test.cc
+  LIBS treespec_engine GTest::gmock)
+treespec_add_test(NAME serving_metrics_test SOURCES serving_metrics_test.cc
+  LIBS treespec_verifier GTest::gmock)

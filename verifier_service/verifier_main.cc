@@ -30,10 +30,12 @@
 #include "common/util/log.h"
 #include "common/util/malloc_tuning.h"
 #include "common/util/shutdown_signal.h"
+#include "common/util/status_macros.h"
 #include "verifier_service/drafter_client.h"
 #include "verifier_service/engine.h"
 #include "verifier_service/generation_service.h"
 #include "verifier_service/serving_metrics.h"
+#include "verifier_service/step_cost_profiler.h"
 
 ABSL_FLAG(std::string, model, "models/tiny-target", "target model directory (HF format)");
 ABSL_FLAG(std::string, tokenizer, "",
@@ -58,6 +60,13 @@ ABSL_FLAG(int, max_new_tokens, 256, "default max_new_tokens");
 ABSL_FLAG(int, max_new_tokens_limit, 0,
           "largest max_new_tokens a request may ask for (more is INVALID_ARGUMENT; reported by "
           "GetModelInfo); 0 = only the context length bounds it");
+ABSL_FLAG(double, step_cost_profile_s, 0,
+          "at start, time verify steps over a grid of batch size x drafted nodes x context for "
+          "up to this many seconds: the step-cost model (docs/architecture.md), scored in "
+          "/metrics and refreshed by every step; 0 = no step-cost model");
+ABSL_FLAG(std::string, step_cost_cache, "",
+          "file that keeps the step-cost model between starts: read when it was measured for "
+          "this model, device, TP and limits, else profiled and written there");
 ABSL_FLAG(int, draft_timeout_ms, 50, "per-step wait for a draft before verifying without one");
 ABSL_FLAG(int, drain_seconds, 30,
           "on SIGTERM/SIGINT: health goes NOT_SERVING, new requests get UNAVAILABLE, and the "
@@ -94,6 +103,37 @@ ABSL_FLAG(std::string, auth_token_file, "",
           "open); empty = no authentication");
 
 namespace {
+
+// The step-cost model of `model` under `opts`: from --step_cost_cache if it was measured for
+// the same model, device, TP and limits, else profiled (and cached).
+absl::StatusOr<treespec::StepCostModel> StepCost(treespec::CausalLm& model,
+                                                 const treespec::EngineOptions& opts) {
+  treespec::StepCostProfileOptions profile;
+  profile.max_batch = opts.max_batch;
+  profile.max_tree_nodes = opts.spec.max.tree_budget;
+  profile.max_seconds = absl::GetFlag(FLAGS_step_cost_profile_s);
+  const treespec::ModelConfig& c = model.config();
+  const int context = opts.context_length > 0 ? opts.context_length : c.max_position_embeddings;
+  profile.max_context = std::min(profile.max_context, context);
+  const std::string key = absl::StrCat(
+      std::filesystem::absolute(absl::GetFlag(FLAGS_model)).lexically_normal().string(), " ",
+      c.architecture, " layers ", c.num_layers, " hidden ", c.hidden_size, " vocab ",
+      c.vocab_size, " on ", model.device(), " tp ", model.tensor_parallel(), " batch ",
+      profile.max_batch, " tree ", profile.max_tree_nodes, " context ", profile.max_context,
+      " kv pages ", model.kv_cache().num_pages(), " x ", model.kv_cache().page_size());
+  const absl::Time start = absl::Now();
+  bool profiled = false;
+  absl::StatusOr<treespec::StepCostModel> cost = treespec::LoadOrProfileStepCost(
+      model, profile, absl::GetFlag(FLAGS_step_cost_cache), key, &profiled);
+  if (!cost.ok()) {
+    return absl::Status(cost.status().code(),
+                        absl::StrCat("step-cost model: ", cost.status().message()));
+  }
+  TS_LOG(kInfo, "step-cost model %s in %.1f s; %s",
+         profiled ? "measured" : "read from --step_cost_cache",
+         absl::ToDoubleSeconds(absl::Now() - start), cost->Describe());
+  return cost;
+}
 
 // Loads what the service needs (model, tokenizer, drafter link, engine); an error names what
 // failed.
@@ -148,8 +188,12 @@ absl::StatusOr<Loaded> Load(const treespec::EngineOptions& opts) {
     l.drafts = std::make_unique<treespec::GrpcDraftSource>(absl::GetFlag(FLAGS_drafter),
                                                            *std::move(credentials), link);
   }
-  l.engine =
-      std::make_unique<treespec::Engine>(l.model.get(), l.tokenizer.get(), l.drafts.get(), opts);
+  treespec::EngineOptions engine_options = opts;
+  if (absl::GetFlag(FLAGS_step_cost_profile_s) > 0) {
+    ASSIGN_OR_RETURN(engine_options.step_cost, StepCost(*l.model, opts));
+  }
+  l.engine = std::make_unique<treespec::Engine>(l.model.get(), l.tokenizer.get(), l.drafts.get(),
+                                                std::move(engine_options));
   return l;
 }
 

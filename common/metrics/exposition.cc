@@ -11,16 +11,34 @@ prometheus::Counter& AddCounter(prometheus::Registry& registry, const std::strin
   return prometheus::BuildCounter().Name(name).Help(help).Register(registry).Add({});
 }
 
-prometheus::MetricFamily GaugeFamily(const std::string& name, const std::string& help,
-                                     double value) {
+namespace {
+
+prometheus::MetricFamily OneValueFamily(const std::string& name, const std::string& help,
+                                        prometheus::MetricType type, double value) {
   prometheus::MetricFamily family;
   family.name = name;
   family.help = help;
-  family.type = prometheus::MetricType::Gauge;
+  family.type = type;
   prometheus::ClientMetric metric;
-  metric.gauge.value = value;
+  if (type == prometheus::MetricType::Counter) {
+    metric.counter.value = value;
+  } else {
+    metric.gauge.value = value;
+  }
   family.metric.push_back(std::move(metric));
   return family;
+}
+
+}  // namespace
+
+prometheus::MetricFamily GaugeFamily(const std::string& name, const std::string& help,
+                                     double value) {
+  return OneValueFamily(name, help, prometheus::MetricType::Gauge, value);
+}
+
+prometheus::MetricFamily CounterFamily(const std::string& name, const std::string& help,
+                                       double value) {
+  return OneValueFamily(name, help, prometheus::MetricType::Counter, value);
 }
 
 std::string TextExposition(const prometheus::Collectable& metrics) {

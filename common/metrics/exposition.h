@@ -16,9 +16,12 @@ namespace treespec {
 prometheus::Counter& AddCounter(prometheus::Registry& registry, const std::string& name,
                                 const std::string& help);
 
-// A family of one unlabelled gauge, for values read at scrape time (not kept in a registry).
+// A family of one unlabelled gauge, or counter, for values read at scrape time (not kept in a
+// registry).
 prometheus::MetricFamily GaugeFamily(const std::string& name, const std::string& help,
                                      double value);
+prometheus::MetricFamily CounterFamily(const std::string& name, const std::string& help,
+                                       double value);
 
 // The Prometheus text exposition of everything `metrics` collects (what GET /metrics returns).
 std::string TextExposition(const prometheus::Collectable& metrics);
