@@ -130,14 +130,30 @@ absl::StatusOr<StepCostModel> ProfileStepCost(CausalLm& model,
         ms[at] = std::max(times[times.size() / 2], 1e-3);
         measured[at] = true;
       }
-      // Points above max_step_rows or past the time share: the slope of the two largest
-      // measured, never decreasing.
+      // Points above max_step_rows or past the time share: the last measured point plus the
+      // least-squares slope of the last (up to) four, never decreasing. One noisy point
+      // cannot bend the extension as a two-point slope would.
       size_t last = 0;
       while (last + 1 < grid.drafted.size() && measured[grid.Index(bi, last + 1, ci)]) ++last;
-      for (size_t di = last + 1; di < grid.drafted.size(); ++di) {
-        const double hi = ms[grid.Index(bi, last, ci)], lo = ms[grid.Index(bi, last - 1, ci)];
-        const double slope = std::max(0.0, (hi - lo) / (grid.drafted[last] - grid.drafted[last - 1]));
-        ms[grid.Index(bi, di, ci)] = hi + slope * (grid.drafted[di] - grid.drafted[last]);
+      if (last + 1 < grid.drafted.size()) {
+        const size_t first = last >= 3 ? last - 3 : 0;
+        double mean_d = 0, mean_v = 0;
+        for (size_t i = first; i <= last; ++i) {
+          mean_d += grid.drafted[i];
+          mean_v += ms[grid.Index(bi, i, ci)];
+        }
+        mean_d /= static_cast<double>(last - first + 1);
+        mean_v /= static_cast<double>(last - first + 1);
+        double sdv = 0, sdd = 0;
+        for (size_t i = first; i <= last; ++i) {
+          sdv += (grid.drafted[i] - mean_d) * (ms[grid.Index(bi, i, ci)] - mean_v);
+          sdd += (grid.drafted[i] - mean_d) * (grid.drafted[i] - mean_d);
+        }
+        const double slope = std::max(0.0, sdv / sdd);
+        const double at_last = ms[grid.Index(bi, last, ci)];
+        for (size_t di = last + 1; di < grid.drafted.size(); ++di) {
+          ms[grid.Index(bi, di, ci)] = at_last + slope * (grid.drafted[di] - grid.drafted[last]);
+        }
       }
     }
   }

@@ -22,13 +22,13 @@ struct StepCostProfileOptions {
   int max_batch = 16;       // the engine's largest batch
   int max_tree_nodes = 64;  // drafted nodes per sequence, at most (the largest tree served)
   // Rows (bonus + drafted, summed over the batch) of the largest step timed; grid points above
-  // it are extended along the drafted axis from the two largest measured below it (a step's
-  // cost is linear in its rows there), which keeps the profile to seconds on an 8B model.
+  // it are extended along the drafted axis by the slope of the largest measured below it (a
+  // step's cost is linear in its rows there), which keeps the profile to seconds on an 8B model.
   int max_step_rows = 1024;
   // Committed tokens per sequence, at most (also bounded by the context length and the KV
   // cache: every sequence of the largest batch holds this much at once).
   int max_context = 8192;
-  int reps = 3;  // timed steps per grid point, after one untimed; the median is kept
+  int reps = 5;  // timed steps per grid point, after one untimed; the median is kept
   // Time the whole profile may take, shared equally by the (batch, context) pairs: along the
   // drafted axis a pair stops once it has used its share (after its first two points), and the
   // rest of its points are extended as above. On the CPU, where a step costs about its rows,
