@@ -26,3 +26,5 @@ treespec_add_test(NAME step_cost_profiler_test SOURCES step_cost_profiler_test.c
   LIBS treespec_engine GTest::gmock)
 treespec_add_test(NAME serving_metrics_test SOURCES serving_metrics_test.cc
   LIBS treespec_verifier GTest::gmock)
+treespec_add_test(NAME tree_selection_test SOURCES tree_selection_test.cc
+  LIBS treespec_engine GTest::gmock)
