@@ -158,12 +158,12 @@ absl::StatusOr<Result> Measure(const Shape& shape, int batch, int tau, int steps
       }
       return true;
     };
-    for (auto& s : streams) s->Commit(0, DraftContext{{11}, prompt_rows});
+    for (auto& s : streams) s->Commit(0, DraftContext{{11}, prompt_rows}, 0);
     if (!await_trees(0)) return absl::DeadlineExceededError("no tree for the prompt's commit");
     Clock::duration commit{}, round_trip{};
     for (int step = 1; step <= steps + 1; ++step) {
       const auto start = Clock::now();
-      for (auto& s : streams) s->Commit(step, DraftContext{step_tokens, step_rows});
+      for (auto& s : streams) s->Commit(step, DraftContext{step_tokens, step_rows}, 0);
       const auto committed = Clock::now();
       if (!await_trees(step)) return absl::DeadlineExceededError(absl::StrCat("step ", step));
       if (step == 1) continue;  // warm-up

@@ -195,7 +195,8 @@ class DrafterService::SessionReactor final
   struct Work {
     bool open = false;
     int64_t step = 0;
-    DraftContext added;  // the prompt for open, the commit's tokens and features
+    DraftContext added;   // the prompt for open, the commit's tokens and features
+    int tree_budget = 0;  // the commit's (0: the session's)
   };
 
   // The message just read, into request_.
@@ -231,6 +232,11 @@ class DrafterService::SessionReactor final
         absl::Status status =
             CheckTokens(commit.tokens(), service_->options_.vocab_size, what + ":");
         if (!status.ok()) return status;
+        if (commit.tree_budget() < 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              what, ": tree_budget is ", commit.tree_budget(), "; it must be >= 0 (0 = the "
+              "session's)"));
+        }
         absl::StatusOr<DraftContext> added = DraftContextFromProto(commit, what);
         if (!added.ok()) return added.status();
         if (!parts_.empty()) {  // the rows of its earlier parts come first
@@ -241,7 +247,7 @@ class DrafterService::SessionReactor final
         if (status = CheckFeatureRowsLocked(*added, what); !status.ok()) return status;
         added->features = SelectLayers(std::move(added->features), sent_layers_,
                                        feature_spec_.layers, feature_spec_.hidden);
-        queue_.push_back(Work{false, commit.step(), *std::move(added)});
+        queue_.push_back(Work{false, commit.step(), *std::move(added), commit.tree_budget()});
         return absl::OkStatus();
       }
       case v1::DraftRequest::KIND_NOT_SET:
@@ -486,7 +492,7 @@ class DrafterService::SessionReactor final
     } else {
       respond = true;
       response.mutable_tree()->set_step(work.step);
-      status = AppendAndDraftInto(work.added, work.step, response.mutable_tree());
+      status = AppendAndDraftInto(work.added, work.step, work.tree_budget, response.mutable_tree());
     }
     std::lock_guard<std::mutex> lock(mu_);
     scheduled_ = false;
@@ -500,8 +506,10 @@ class DrafterService::SessionReactor final
 
   // Appends the commit's tokens and drafts the tree answering commit `step` (one call, so a
   // batching drafter runs both as one job), unless a newer commit is already queued: the
-  // verifier ignores stale trees, so that step only appends and gets an empty tree.
-  absl::Status AppendAndDraftInto(const DraftContext& added, int64_t step, v1::DraftTree* out) {
+  // verifier ignores stale trees, so that step only appends and gets an empty tree. A commit's
+  // `tree_budget` (0: none) lowers the session's for that tree (and the children per node).
+  absl::Status AppendAndDraftInto(const DraftContext& added, int64_t step, int tree_budget,
+                                  v1::DraftTree* out) {
     ++steps_;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -512,14 +520,15 @@ class DrafterService::SessionReactor final
       }
     }
     const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<DraftedTree> tree = session_->AppendAndDraft(added, limits_);
+    const SpecLimits limits = WithTreeBudget(limits_, tree_budget);
+    absl::StatusOr<DraftedTree> tree = session_->AppendAndDraft(added, limits);
     if (!tree.ok()) return tree.status();
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     draft_ms_ += ms;
     const int vocab = service_->options_.vocab_size > 0 ? service_->options_.vocab_size
                                                         : std::numeric_limits<int32_t>::max();
-    absl::Status valid = ValidateDraftedTree(*tree, vocab, limits_.tree_budget, limits_.max_depth);
+    absl::Status valid = ValidateDraftedTree(*tree, vocab, limits.tree_budget, limits.max_depth);
     if (!valid.ok()) {
       return absl::InternalError(absl::StrCat("drafter produced a bad tree: ", valid.message()));
     }

@@ -410,6 +410,11 @@ TEST_F(DrafterServiceTest, BadLimitsAndTokenIds) {
   commit = Commit(4, {});
   status = ExpectFailure(Open({1, 2}), &commit);
   EXPECT_THAT(status.error_message(), HasSubstr("commit step 4 carries no tokens"));
+  commit = Commit(5, {7});
+  commit.mutable_commit()->set_tree_budget(-2);
+  status = ExpectFailure(Open({1, 2}), &commit);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("commit step 5: tree_budget is -2"));
   v1::DraftRequest second_open = Open({3});
   status = ExpectFailure(Open({1, 2}), &second_open);
   EXPECT_THAT(status.error_message(), HasSubstr("open sent twice"));
@@ -477,8 +482,13 @@ TEST_F(DrafterServiceTest, DraftModelRoundTrip) {
   std::unique_ptr<Stream> stream = stub_->Draft(&ctx);
   ASSERT_TRUE(stream->Write(Open(prompt, v1::SPECULATION_MODE_AUTO, 10, 4)));
   EXPECT_EQ(FromProto(ReadOpened(stream.get()).limits()), (SpecLimits{10, 4, 0}));
+  // A commit's tree_budget lowers the session's for its tree (0: none; above: clamped).
+  const int commit_budgets[] = {0, 3, 0, 50};
+  const size_t want_nodes[] = {10, 3, 10, 10};
   for (int step = 0; step < 4; ++step) {
-    ASSERT_TRUE(stream->Write(Commit(step, {static_cast<int32_t>(step * 7 % kVocab), 5})));
+    v1::DraftRequest commit = Commit(step, {static_cast<int32_t>(step * 7 % kVocab), 5});
+    commit.mutable_commit()->set_tree_budget(commit_budgets[step]);
+    ASSERT_TRUE(stream->Write(commit));
     v1::DraftResponse response;
     ASSERT_TRUE(stream->Read(&response));
     EXPECT_EQ(response.tree().step(), step);
@@ -486,7 +496,7 @@ TEST_F(DrafterServiceTest, DraftModelRoundTrip) {
     tree.tokens.assign(response.tree().tokens().begin(), response.tree().tokens().end());
     tree.parents.assign(response.tree().parents().begin(), response.tree().parents().end());
     tree.logprobs.assign(response.tree().logprobs().begin(), response.tree().logprobs().end());
-    EXPECT_EQ(tree.tokens.size(), 10u);
+    EXPECT_EQ(tree.tokens.size(), want_nodes[step]) << "step " << step;
     EXPECT_TRUE(ValidateDraftedTree(tree, kVocab, 10, 4).ok());
   }
   ASSERT_TRUE(stream->WritesDone());

@@ -23,8 +23,9 @@ class DraftStream {
   virtual ~DraftStream() = default;
   // Sends what the context gained since the last commit: the tokens emitted (the last one is
   // the pending bonus) and, for a drafter that takes them, their target features
-  // (common/tree/draft_context.h says which rows).
-  virtual void Commit(int64_t step, DraftContext added) = 0;
+  // (common/tree/draft_context.h says which rows). The answering tree should have at most
+  // `tree_budget` drafted nodes (0: the session's limit; DraftCommit.tree_budget).
+  virtual void Commit(int64_t step, DraftContext added, int tree_budget) = 0;
   // The tree answering commit `step`, once it has arrived (stale steps are dropped).
   virtual std::optional<DraftedTree> TakeTree(int64_t step) = 0;
   // Trees dropped on arrival since the last call because their step answers no commit sent

@@ -107,8 +107,9 @@ class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1
     StartCall();
   }
 
-  void Commit(int64_t step, const DraftContext& added) {
+  void Commit(int64_t step, const DraftContext& added, int tree_budget) {
     std::vector<v1::DraftRequest> parts = CommitParts(step, added);
+    parts.back().mutable_commit()->set_tree_budget(tree_budget);
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_ || detached_) return;
     last_commit_step_ = step;
@@ -266,7 +267,7 @@ class GrpcDraftStream final : public DraftStream {
     if (session_ != nullptr) session_->Detach();
   }
 
-  void Commit(int64_t step, DraftContext added) override {
+  void Commit(int64_t step, DraftContext added, int tree_budget) override {
     const absl::Time now = absl::Now();
     if (session_ != nullptr && session_->broken()) DropSession(now);
     // A new session's context is everything before this commit, which it then gets like any
@@ -278,7 +279,7 @@ class GrpcDraftStream final : public DraftStream {
     }
     sent_features_ = sent_features_ || !added.features.empty();
     open_.prompt.insert(open_.prompt.end(), added.tokens.begin(), added.tokens.end());
-    if (session_ != nullptr) session_->Commit(step, added);
+    if (session_ != nullptr) session_->Commit(step, added, tree_budget);
   }
 
   std::optional<DraftedTree> TakeTree(int64_t step) override {

@@ -31,6 +31,13 @@ struct Engine::Active {
   // tokens only.
   std::vector<int> feature_layers;
   std::optional<DraftedTree> tree;  // the draft for `step`, once taken
+  // With a step-cost model: the tree budget the next commit asks of the drafter (0: the
+  // session's), and of the tree this step verifies, the kept nodes' depths and path
+  // probabilities (for the calibration; `selected` once the selection has run on it).
+  int ask_budget = 0;
+  bool selected = false;
+  std::vector<int> kept_depths;
+  std::vector<double> kept_probs;
   SpecStats stats;
   absl::Time start;
   int pages = 0;  // worst-case KV pages promised at admission
@@ -41,6 +48,15 @@ namespace {
 
 absl::Status InvalidArgument(const std::string& message) {
   return absl::InvalidArgumentError(message);
+}
+
+// The tree budget an auto request asks of its drafter next, after a step whose selection kept
+// `kept` of the `asked` nodes: twice as many when it kept all (room to find the point where
+// nodes stop paying), else what it kept with some headroom (half as many again, at least 2, so a
+// saturated verifier still sees a few candidates). Within [1, cap].
+int NextTreeBudget(int asked, int kept, int cap) {
+  const int next = kept >= asked ? 2 * std::max(asked, 1) : kept + std::max(2, kept / 2);
+  return std::clamp(next, 1, cap);
 }
 
 }  // namespace
@@ -78,6 +94,7 @@ Engine::Engine(CausalLm* model, const Tokenizer* tokenizer, DraftSource* drafts,
     : model_(model), tokenizer_(tokenizer), drafts_(drafts), options_(std::move(options)) {
   step_cost_ = std::move(options_.step_cost);
   options_.step_cost.reset();
+  has_step_cost_ = step_cost_.has_value();
   const int model_context = model_->config().max_position_embeddings;
   if (options_.context_length <= 0 || options_.context_length > model_context) {
     options_.context_length = model_context;
@@ -223,6 +240,8 @@ absl::Status Engine::ValidateSpeculation(GenerationRequest& r) const {
     sources.tree_budget = absl::StrCat("the largest --max_tree_budget of the ", pool.drafters,
                                        " drafter(s) this verifier has heard from");
   }
+  r.auto_tree_budget = has_step_cost_ && r.spec.tree_budget == 0 && !r.spec_mode.off();
+  if (r.auto_tree_budget) r.spec.tree_budget = bounds.max.tree_budget;
   absl::StatusOr<SpecLimits> spec = ResolveSpecLimits(r.spec, bounds, "speculation.", sources);
   if (!spec.ok()) return spec.status();
   r.spec = *spec;
@@ -435,6 +454,9 @@ void Engine::Admit() {
         cv_.notify_all();
       });
       a->stats.accepted_per_depth.assign(a->request.spec.max_depth, 0);
+      if (a->request.auto_tree_budget) {
+        a->ask_budget = std::min(options_.spec.defaults.tree_budget, a->request.spec.tree_budget);
+      }
       a->stats.drafted_per_depth.assign(a->request.spec.max_depth, 0);
     }
     running_.push_back(std::move(a));
@@ -528,13 +550,18 @@ void Engine::Step(const std::vector<Active*>& members) {
                           absl::ToDoubleMilliseconds(forward_end - forward_start), forward_end};
   const bool verify_only = std::all_of(members.begin(), members.end(),
                                        [](const Active* a) { return a->prefilled; });
-  if (step_cost_.has_value() && verify_only) ObserveStepCost(batch, timing.forward_ms);
+  if (step_cost_.has_value() && verify_only) {
+    int accepted = 0;
+    for (const StepResult& r : *results) accepted += static_cast<int>(r.path.size()) - 1;
+    ObserveStepCost(batch, timing.forward_ms, accepted);
+  }
   for (size_t b = 0; b < members.size(); ++b) {
     ApplyResult(*members[b], batch[b], std::move((*results)[b]), timing);
   }
 }
 
-void Engine::ObserveStepCost(const std::vector<SeqTree>& batch, double forward_ms) {
+void Engine::ObserveStepCost(const std::vector<SeqTree>& batch, double forward_ms,
+                             int accepted) {
   int64_t drafted = 0, context = 0;
   for (const SeqTree& t : batch) {
     drafted += static_cast<int64_t>(t.tokens.size()) - 1;
@@ -549,6 +576,10 @@ void Engine::ObserveStepCost(const std::vector<SeqTree>& batch, double forward_m
   const size_t bucket = std::lower_bound(bounds.begin(), bounds.end(), ratio) - bounds.begin();
   std::lock_guard<std::mutex> lock(mu_);
   ++step_cost_stats_.steps;
+  step_cost_stats_.drafted_nodes += last_selection_.drafted;
+  step_cost_stats_.verified_nodes += last_selection_.kept;
+  step_cost_stats_.expected_accepted += last_selection_.expected_accepted;
+  step_cost_stats_.accepted += accepted;
   step_cost_stats_.predicted_ms += predicted;
   step_cost_stats_.measured_ms += forward_ms;
   step_cost_stats_.ratio_sum += ratio;
@@ -556,9 +587,21 @@ void Engine::ObserveStepCost(const std::vector<SeqTree>& batch, double forward_m
 }
 
 std::vector<SeqTree> Engine::BuildBatch(const std::vector<Active*>& members) {
+  std::vector<DraftedTree> drafts(members.size());
+  bool verify_only = true;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i]->prefilled) {
+      drafts[i] = TakeDraft(*members[i]);
+    } else {
+      verify_only = false;
+    }
+  }
+  last_selection_ = {};
+  if (step_cost_.has_value() && verify_only) SelectTrees(members, drafts);
   std::vector<SeqTree> batch;
   batch.reserve(members.size());
-  for (Active* a : members) {
+  for (size_t i = 0; i < members.size(); ++i) {
+    Active* a = members[i];
     SeqTree t;
     t.seq = a->seq;
     t.committed_len = a->committed_len;
@@ -568,7 +611,7 @@ std::vector<SeqTree> Engine::BuildBatch(const std::vector<Active*>& members) {
       t.parents.resize(t.tokens.size());
       std::iota(t.parents.begin(), t.parents.end(), -1);
     } else {
-      ToVerifyTree(a->bonus, TakeDraft(*a), &t.tokens, &t.parents);
+      ToVerifyTree(a->bonus, drafts[i], &t.tokens, &t.parents);
       // Never write past the context window: a prefix of the nodes is still a tree.
       const int room = options_.context_length - a->committed_len;
       if (static_cast<int>(t.tokens.size()) > room) {
@@ -579,6 +622,33 @@ std::vector<SeqTree> Engine::BuildBatch(const std::vector<Active*>& members) {
     batch.push_back(std::move(t));
   }
   return batch;
+}
+
+void Engine::SelectTrees(const std::vector<Active*>& members, std::vector<DraftedTree>& drafts) {
+  std::vector<SelectionCandidate> candidates(members.size());
+  for (size_t i = 0; i < members.size(); ++i) {
+    const Active& a = *members[i];
+    candidates[i] = {&drafts[i], a.committed_len, a.request.spec.tree_budget,
+                     a.request.spec_mode.kind()};
+    last_selection_.drafted += static_cast<int64_t>(drafts[i].tokens.size());
+  }
+  const TreeSelection chosen = SelectNodes(candidates, *step_cost_, calibration_);
+  last_selection_.expected_accepted = chosen.expected_tokens - static_cast<double>(members.size());
+  for (size_t i = 0; i < members.size(); ++i) {
+    Active& a = *members[i];
+    if (a.draft == nullptr) continue;
+    const std::vector<double> probs = PathProbabilities(drafts[i]);
+    const std::vector<int32_t> depths = NodeDepths(drafts[i].parents);
+    a.selected = true;
+    a.kept_depths.clear();
+    a.kept_probs.clear();
+    for (int j : chosen.keep[i]) {
+      a.kept_depths.push_back(depths[j] + 1);
+      a.kept_probs.push_back(probs[j]);
+    }
+    last_selection_.kept += static_cast<int64_t>(chosen.keep[i].size());
+    drafts[i] = KeepNodes(drafts[i], chosen.keep[i]);
+  }
 }
 
 DraftedTree Engine::TakeDraft(Active& a) {
@@ -660,6 +730,14 @@ void Engine::ApplyResult(Active& a, const SeqTree& t, StepResult result, const S
     // Every request's steps count, speculation off included (each a step without a draft), so
     // its mean acceptance length is 1.0 rather than undefined.
     RecordSpecStats(a, t, accepted);
+    if (a.selected) {
+      calibration_.Observe(a.request.spec_mode.kind(), a.kept_depths, a.kept_probs, accepted);
+      a.selected = false;
+      if (a.request.auto_tree_budget) {
+        a.ask_budget = NextTreeBudget(a.ask_budget, static_cast<int>(a.kept_depths.size()),
+                                      a.request.spec.tree_budget);
+      }
+    }
   }
   a.bonus = emitted.back();
   GenerationUpdate update = a.output->Append(emitted);
@@ -680,7 +758,8 @@ void Engine::ApplyResult(Active& a, const SeqTree& t, StepResult result, const S
     a.draft->Commit(a.step,
                     DraftContext{std::move(emitted),
                                  SelectLayers(std::move(result.features), model_->feature_layers(),
-                                              a.feature_layers, model_->config().hidden_size)});
+                                              a.feature_layers, model_->config().hidden_size)},
+                    a.request.auto_tree_budget ? a.ask_budget : 0);
   }
 }
 

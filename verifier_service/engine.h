@@ -23,6 +23,7 @@
 #include "verifier_service/draft_source.h"
 #include "verifier_service/request.h"
 #include "verifier_service/step_cost_model.h"
+#include "verifier_service/tree_selection.h"
 
 namespace treespec {
 
@@ -39,7 +40,10 @@ struct EngineOptions {
   absl::Duration draft_timeout = absl::Milliseconds(50);  // per-step wait for a draft
   int max_consecutive_timeouts = 3;                       // then stop waiting for that session
   // What a verify step costs on this model (step_cost_profiler.h); the engine takes it over and
-  // refreshes it from every verify step's measured forward time. None: no cost model.
+  // refreshes it from every verify step's measured forward time. With one, every verify step
+  // verifies only the drafted nodes that pay (tree_selection.h), and a request that leaves its
+  // tree budget unset gets one chosen step by step (GenerationRequest::auto_tree_budget). None:
+  // every request's drafted tree is verified whole.
   std::optional<StepCostModel> step_cost;
 };
 
@@ -67,6 +71,10 @@ struct StepCostStats {
   static constexpr std::array<double, 10> kRatioBounds{0.5, 0.8, 0.9, 0.95, 1.0,
                                                        1.05, 1.1, 1.25, 2.0, 4.0};
   int64_t steps = 0;
+  int64_t drafted_nodes = 0;     // in the trees that arrived for these steps
+  int64_t verified_nodes = 0;    // of them, the ones the selection kept
+  double expected_accepted = 0;  // drafted tokens the selection expected to be accepted
+  int64_t accepted = 0;          // drafted tokens accepted
   double predicted_ms = 0;  // summed over the steps
   double measured_ms = 0;
   double ratio_sum = 0;     // of measured / predicted
@@ -153,9 +161,12 @@ class Engine {
     double forward_ms = 0;  // the model's VerifyStep
     absl::Time forward_end;
   };
-  // A verify step of `batch` took `forward_ms`: the cost model's prediction is scored and the
-  // model refreshed. Not for steps with a prefill.
-  void ObserveStepCost(const std::vector<SeqTree>& batch, double forward_ms);
+  // Keeps of each member's drafted tree (`drafts`, parallel to `members`) the nodes that pay
+  // (SelectNodes), remembering what each kept for the calibration. Verify steps only.
+  void SelectTrees(const std::vector<Active*>& members, std::vector<DraftedTree>& drafts);
+  // A verify step of `batch` took `forward_ms` and accepted `accepted` drafted tokens: the cost
+  // model's prediction is scored and the model refreshed. Not for steps with a prefill.
+  void ObserveStepCost(const std::vector<SeqTree>& batch, double forward_ms, int accepted);
   // Commits the accepted path, streams the emitted tokens, finishes or commits to the drafter.
   void ApplyResult(Active& active, const SeqTree& tree, StepResult result,
                    const StepTiming& timing);
@@ -184,6 +195,14 @@ class Engine {
 
   std::vector<std::unique_ptr<Active>> running_;  // engine thread only
   std::optional<StepCostModel> step_cost_;        // engine thread only
+  bool has_step_cost_ = false;                    // step_cost_.has_value(), for any thread
+  AcceptanceCalibration calibration_;             // engine thread only
+  // The last step's selection (engine thread only): drafted nodes offered and kept, and the
+  // accepted tokens expected of them.
+  struct {
+    int64_t drafted = 0, kept = 0;
+    double expected_accepted = 0;
+  } last_selection_;
   StepCostStats step_cost_stats_;                 // guarded by mu_
   int pages_promised_ = 0;  // worst-case pages of running requests (engine thread)
   std::thread thread_;

@@ -213,6 +213,74 @@ TEST_F(EngineTest, TheStepCostModelIsScoredAndRefreshedByEveryVerifyStep) {
       << "no model, no figures";
 }
 
+// A step that costs 1 ms plus `per_node` ms per drafted node per sequence.
+StepCostModel LinearStepCost(double per_node) {
+  const StepCostGrid grid{{1, 8}, {0, 64}, {0, 4096}};
+  std::vector<double> ms(grid.size());
+  for (size_t b = 0; b < 2; ++b) {
+    for (size_t d = 0; d < 2; ++d) {
+      for (size_t c = 0; c < 2; ++c) ms[grid.Index(b, d, c)] = 1 + per_node * grid.drafted[d];
+    }
+  }
+  return *StepCostModel::Create(grid, ms);
+}
+
+// With a step-cost model the engine verifies only the drafted nodes that pay: all of them when
+// nodes are free, none when a node costs as much as a step; either way the output is plain
+// decoding's. A request that left its tree budget unset asks its drafter for more nodes while
+// all of them pay (up to the largest served) and for a couple when none does. (The target
+// drafts for itself, so its greedy path is accepted.)
+TEST_F(EngineTest, AStepCostModelChoosesWhichDraftedNodesAreVerified) {
+  LmOptions lm;
+  lm.max_batch = 4;
+  auto draft = LoadCpuCausalLm(*target_dir_, lm);
+  ASSERT_TRUE(draft.ok()) << draft.status();
+  DraftModelOptions draft_options;
+  draft_options.shape = DraftShape::kTree;
+  DraftModelDrafterFactory factory(*std::move(draft), draft_options);
+  LocalDraftSource drafts(&factory);
+  GenerationRequest r = Request(Prompt(4), SpecMode::Of(DrafterKind::kDraftModel), 32);
+  const std::vector<int32_t> plain = Plain(r);
+  struct Run {
+    GenerationUpdate out;
+    StepCostStats stats;
+  };
+  auto run = [&](double per_node, int tree_budget) {
+    EngineOptions options;
+    options.spec.max = {40, 8, 40};
+    options.step_cost = LinearStepCost(per_node);
+    Engine engine(target_.get(), nullptr, &drafts, options);
+    GenerationRequest request = r;
+    request.spec.tree_budget = tree_budget;
+    Run result{RunToEnd(engine, request), {}};
+    result.stats = engine.Snapshot().step_cost.value();
+    return result;
+  };
+
+  const Run cheap = run(0, 0);
+  ASSERT_TRUE(cheap.out.status.ok()) << cheap.out.status;
+  EXPECT_THAT(cheap.out.token_ids, ElementsAreArray(plain));
+  EXPECT_EQ(cheap.stats.verified_nodes, cheap.stats.drafted_nodes) << "every node pays";
+  EXPECT_GT(cheap.stats.drafted_nodes, 30 * cheap.stats.steps)
+      << "an auto budget grows from the default 16 to the largest served, 40";
+  EXPECT_GT(cheap.stats.accepted, 0);
+  EXPECT_GT(cheap.stats.expected_accepted, 0);
+
+  const Run capped = run(0, 8);
+  ASSERT_TRUE(capped.out.status.ok()) << capped.out.status;
+  EXPECT_THAT(capped.out.token_ids, ElementsAreArray(plain));
+  EXPECT_LE(capped.stats.drafted_nodes, 8 * capped.stats.steps) << "a budget set is a cap";
+
+  const Run saturated = run(10, 0);
+  ASSERT_TRUE(saturated.out.status.ok()) << saturated.out.status;
+  EXPECT_THAT(saturated.out.token_ids, ElementsAreArray(plain));
+  EXPECT_EQ(saturated.stats.verified_nodes, 0) << "no node is worth a step";
+  EXPECT_EQ(saturated.stats.accepted, 0);
+  EXPECT_DOUBLE_EQ(saturated.out.stats.MeanAcceptanceLength(), 1.0);
+  EXPECT_LE(saturated.stats.drafted_nodes, 16 + 2 * saturated.stats.steps)
+      << "after the first tree the drafter is asked for two nodes";
+}
+
 TEST_F(EngineTest, BatchEqualsRequestsAlone) {
   NgramDrafterFactory factory{NgramOptions()};
   LocalDraftSource drafts(&factory);

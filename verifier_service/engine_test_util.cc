@@ -88,9 +88,9 @@ class LocalDraftStream final : public MailboxDraftStream {
  public:
   LocalDraftStream(std::unique_ptr<DraftSession> session, SpecLimits limits)
       : session_(std::move(session)), limits_(limits) {}
-  void Commit(int64_t step, DraftContext added) override {
+  void Commit(int64_t step, DraftContext added, int tree_budget) override {
     absl::StatusOr<DraftedTree> tree =
-        session_->Append(added).ok() ? session_->Draft(limits_)
+        session_->Append(added).ok() ? session_->Draft(WithTreeBudget(limits_, tree_budget))
                                      : absl::StatusOr<DraftedTree>(absl::InternalError("append"));
     if (!tree.ok()) {
       broken_ = true;
@@ -107,7 +107,7 @@ class LocalDraftStream final : public MailboxDraftStream {
 class ScriptedDraftStream final : public MailboxDraftStream {
  public:
   explicit ScriptedDraftStream(ScriptedDraftSource::TreeFn fn) : fn_(std::move(fn)) {}
-  void Commit(int64_t step, DraftContext) override { Deliver(step, fn_(step)); }
+  void Commit(int64_t step, DraftContext, int) override { Deliver(step, fn_(step)); }
 
  private:
   ScriptedDraftSource::TreeFn fn_;
@@ -143,9 +143,9 @@ class DelayedDraftStream final : public DraftStream {
     }
     for (std::thread& t : threads_) t.join();
   }
-  void Commit(int64_t step, DraftContext added) override {
+  void Commit(int64_t step, DraftContext added, int tree_budget) override {
     absl::StatusOr<DraftedTree> tree = session_->Append(added).ok()
-                                           ? session_->Draft(limits_)
+                                           ? session_->Draft(WithTreeBudget(limits_, tree_budget))
                                            : absl::StatusOr<DraftedTree>(DraftedTree());
     threads_.emplace_back([box = box_, step, delay = delay_(step), t = *std::move(tree)] {
       absl::SleepFor(delay);

@@ -79,6 +79,10 @@ struct GenerationRequest {
   SpecMode spec_mode = SpecMode::Off();
   // As the client set them, 0 = unset; Validate resolves them (tree budget and depth set).
   SpecLimits spec;
+  // Set by Validate when the client left tree_budget unset and the verifier has a step-cost
+  // model: spec.tree_budget is then the largest served, a cap, and each step's selection (with
+  // the budget it asks of the drafter) decides how much of it to use.
+  bool auto_tree_budget = false;
 };
 
 struct SpecStats {

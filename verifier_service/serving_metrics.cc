@@ -124,6 +124,18 @@ void AddStepCostFamilies(const StepCostStats& s, std::vector<prometheus::MetricF
   out.push_back(CounterFamily("treespec_step_cost_measured_seconds_total",
                               "Verify step forward time measured, for the same steps",
                               s.measured_ms / 1e3));
+  out.push_back(CounterFamily("treespec_selection_drafted_nodes_total",
+                              "Drafted nodes that arrived for verify steps",
+                              static_cast<double>(s.drafted_nodes)));
+  out.push_back(CounterFamily("treespec_selection_verified_nodes_total",
+                              "Drafted nodes the tree selection kept for verification",
+                              static_cast<double>(s.verified_nodes)));
+  out.push_back(CounterFamily("treespec_selection_expected_accepted_tokens_total",
+                              "Drafted tokens the tree selection expected to be accepted",
+                              s.expected_accepted));
+  out.push_back(CounterFamily("treespec_selection_accepted_tokens_total",
+                              "Drafted tokens accepted in the same steps",
+                              static_cast<double>(s.accepted)));
 }
 
 }  // namespace

@@ -7,7 +7,11 @@
 //   with a step-cost model (EngineOptions::step_cost), also read at scrape time:
 //     treespec_step_cost_ratio (histogram of measured / predicted forward time per verify
 //       step: its median is the model's bias), treespec_step_cost_predicted_seconds_total and
-//       treespec_step_cost_measured_seconds_total (the same steps' times summed)
+//       treespec_step_cost_measured_seconds_total (the same steps' times summed),
+//     treespec_selection_drafted_nodes_total, treespec_selection_verified_nodes_total (drafted
+//       nodes that arrived, and those the tree selection verified),
+//       treespec_selection_expected_accepted_tokens_total and
+//       treespec_selection_accepted_tokens_total (what it expected them to accept, and did)
 //   histograms: treespec_time_to_first_token_seconds, treespec_inter_token_latency_seconds
 //     (the gap between two stream messages that brought tokens),
 //     treespec_drafter_round_trip_seconds (a commit sent to the drafter until its tree arrives)

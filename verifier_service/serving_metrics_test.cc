@@ -20,6 +20,10 @@ TEST(ServingMetricsTest, ExportsTheStepCostModelsScoreOnlyWithAModel) {
   stats.ratio_sum = 5.5;
   stats.ratio_counts[4] = 1;  // <= 1.0
   stats.ratio_counts[6] = 3;  // <= 1.1
+  stats.drafted_nodes = 80;
+  stats.verified_nodes = 30;
+  stats.expected_accepted = 7.5;
+  stats.accepted = 9;
   snapshot.step_cost = stats;  // one step above 4: only in +Inf
   const std::string text = metrics.Scrape();
   EXPECT_THAT(text, HasSubstr("treespec_step_cost_ratio_bucket{le=\"0.95\"} 0"));
@@ -30,6 +34,10 @@ TEST(ServingMetricsTest, ExportsTheStepCostModelsScoreOnlyWithAModel) {
   EXPECT_THAT(text, HasSubstr("treespec_step_cost_ratio_sum 5.5"));
   EXPECT_THAT(text, HasSubstr("treespec_step_cost_predicted_seconds_total 0.01"));
   EXPECT_THAT(text, HasSubstr("treespec_step_cost_measured_seconds_total 0.011"));
+  EXPECT_THAT(text, HasSubstr("treespec_selection_drafted_nodes_total 80"));
+  EXPECT_THAT(text, HasSubstr("treespec_selection_verified_nodes_total 30"));
+  EXPECT_THAT(text, HasSubstr("treespec_selection_expected_accepted_tokens_total 7.5"));
+  EXPECT_THAT(text, HasSubstr("treespec_selection_accepted_tokens_total 9"));
 }
 
 }  // namespace

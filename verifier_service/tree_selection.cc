@@ -9,7 +9,9 @@ namespace {
 
 constexpr double kMinFactor = 1.0 / 16, kMaxFactor = 16;
 
-int KindIndex(DrafterKind kind) { return static_cast<int>(kind); }
+int KindIndex(DraftSourceKind kind) {
+  return kind.has_value() ? static_cast<int>(*kind) : static_cast<int>(AllDrafterKinds().size());
+}
 
 }  // namespace
 
@@ -34,16 +36,16 @@ std::vector<double> PathProbabilities(const DraftedTree& tree) {
   return p;
 }
 
-double AcceptanceCalibration::Factor(DrafterKind kind, int depth) const {
+double AcceptanceCalibration::Factor(DraftSourceKind kind, int depth) const {
   const Counts& c = counts_[KindIndex(kind)][std::clamp(depth, 0, kMaxDepth)];
   return std::clamp(c.accepted / c.predicted, kMinFactor, kMaxFactor);
 }
 
-double AcceptanceCalibration::Calibrated(DrafterKind kind, int depth, double p) const {
+double AcceptanceCalibration::Calibrated(DraftSourceKind kind, int depth, double p) const {
   return std::clamp(Factor(kind, depth) * p, 0.0, 1.0);
 }
 
-void AcceptanceCalibration::Observe(DrafterKind kind, absl::Span<const int> depths,
+void AcceptanceCalibration::Observe(DraftSourceKind kind, absl::Span<const int> depths,
                                     absl::Span<const double> probs, int accepted_depth) {
   std::array<double, kMaxDepth + 1> predicted{};
   int deepest = 0;

@@ -14,6 +14,7 @@
 #define TREESPEC_VERIFIER_SERVICE_TREE_SELECTION_H_
 
 #include <array>
+#include <optional>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -28,6 +29,10 @@ namespace treespec {
 // parent's chance equally among its children. [tree.tokens.size()]
 std::vector<double> PathProbabilities(const DraftedTree& tree);
 
+// Whose drafts a calibration is for: a drafter kind, or nullopt for AUTO sessions (the pool's
+// default kind, unknown to the verifier).
+using DraftSourceKind = std::optional<DrafterKind>;
+
 // How a drafter kind's path probabilities compare with what verification accepts, per depth:
 // the factor is (decayed count of steps that accepted a node at depth d) / (decayed sum of the
 // verified depth-d nodes' path probabilities), starting at 1 and kept within [1/16, 16].
@@ -40,11 +45,11 @@ class AcceptanceCalibration {
   static constexpr double kDecay = 0.98;
 
   // The calibrated chance of a node at `depth` (>= 1) whose path probability is `p`, in [0, 1].
-  double Calibrated(DrafterKind kind, int depth, double p) const;
-  double Factor(DrafterKind kind, int depth) const;
+  double Calibrated(DraftSourceKind kind, int depth, double p) const;
+  double Factor(DraftSourceKind kind, int depth) const;
   // A verified tree's drafted nodes (their depths and path probabilities) and the depth of the
   // deepest node the step accepted (0: none).
-  void Observe(DrafterKind kind, absl::Span<const int> depths, absl::Span<const double> probs,
+  void Observe(DraftSourceKind kind, absl::Span<const int> depths, absl::Span<const double> probs,
                int accepted_depth);
 
  private:
@@ -52,7 +57,7 @@ class AcceptanceCalibration {
     double predicted = 1;  // a prior of one step that predicted what it accepted
     double accepted = 1;
   };
-  static constexpr int kKinds = 3;  // DrafterKind's values
+  static constexpr int kKinds = 4;  // DrafterKind's values, then AUTO
   std::array<std::array<Counts, kMaxDepth + 1>, kKinds> counts_{};
 };
 
@@ -61,7 +66,7 @@ struct SelectionCandidate {
   const DraftedTree* tree = nullptr;  // null or empty: the request verifies its bonus alone
   int committed_len = 0;              // tokens in its KV cache
   int cap = 0;                        // most drafted nodes to keep (its own tree_budget)
-  DrafterKind kind = DrafterKind::kNgram;
+  DraftSourceKind kind;
 };
 
 struct TreeSelection {

@@ -75,6 +75,15 @@ absl::StatusOr<SpecLimits> ResolveSpecLimits(const SpecLimits& asked, const Spec
   return out;
 }
 
+SpecLimits WithTreeBudget(const SpecLimits& session, int tree_budget) {
+  SpecLimits out = session;
+  if (tree_budget > 0) {
+    out.tree_budget = std::min(out.tree_budget, tree_budget);
+    out.top_k = std::min(out.top_k, out.tree_budget);
+  }
+  return out;
+}
+
 SpecLimits ClampSpecLimits(const SpecLimits& limits, const SpecLimits& max) {
   auto clamp = [](int value, int limit) { return value == 0 ? 0 : std::min(value, limit); };
   return SpecLimits{clamp(limits.tree_budget, max.tree_budget),

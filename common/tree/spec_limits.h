@@ -65,6 +65,10 @@ absl::StatusOr<SpecLimits> ResolveSpecLimits(const SpecLimits& asked, const Spec
 // Each field of `limits` at most the same field of `max` (unset fields stay unset).
 SpecLimits ClampSpecLimits(const SpecLimits& limits, const SpecLimits& max);
 
+// A session's limits for one tree whose commit asked for at most `tree_budget` nodes (0: no
+// ask): the budget lowered to it, and the children per node with it.
+SpecLimits WithTreeBudget(const SpecLimits& session, int tree_budget);
+
 // Each field the larger of the two: the maxima of a pool that holds both.
 SpecLimits MaxSpecLimits(const SpecLimits& a, const SpecLimits& b);
 
