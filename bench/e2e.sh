@@ -12,7 +12,8 @@
 # else cuda:0), PROMPTS (12), MAX_NEW (128), BATCH (16), HF (1: also run Transformers),
 # MODES ("dflash draft_model off"), DFLASH_SPEC (treespec-cli flags of the DFlash runs,
 # "--tree_budget=64 --max_depth=15"), DRAFT_SPEC (of the draft-model runs, ""), DRAFTER_FLAGS
-# (extra treespec-drafter flags, e.g. --expand_per_depth=4).
+# (extra treespec-drafter flags, e.g. --expand_per_depth=4), VERIFIER_FLAGS (extra
+# treespec-verifier flags, e.g. --step_cost_profile_s=5).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/services.sh
@@ -35,7 +36,7 @@ start_service DRAFTER "$out/drafter.log" \
   ${DRAFTER_FLAGS:-}
 start_service VERIFIER "$out/verifier.log" \
   $run $bin/treespec-verifier --port=0 --model=models/tiny-target --drafter="$DRAFTER_ADDR" \
-  --device="$verifier_device" --max_batch="$batch"
+  --device="$verifier_device" --max_batch="$batch" ${VERIFIER_FLAGS:-}
 echo "drafter ($drafter_device) at $DRAFTER_ADDR, verifier ($verifier_device) at $VERIFIER_ADDR"
 
 modes=${MODES:-dflash draft_model off}
