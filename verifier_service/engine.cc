@@ -36,6 +36,7 @@ struct Engine::Active {
   // probabilities (for the calibration; `selected` once the selection has run on it).
   int ask_budget = 0;
   bool selected = false;
+  int offered_nodes = 0;  // drafted nodes of the tree the selection ran on
   std::vector<int> kept_depths;
   std::vector<double> kept_probs;
   SpecStats stats;
@@ -51,11 +52,14 @@ absl::Status InvalidArgument(const std::string& message) {
 }
 
 // The tree budget an auto request asks of its drafter next, after a step whose selection kept
-// `kept` of the `asked` nodes: twice as many when it kept all (room to find the point where
-// nodes stop paying), else what it kept with some headroom (half as many again, at least 2, so a
-// saturated verifier still sees a few candidates). Within [1, cap].
-int NextTreeBudget(int asked, int kept, int cap) {
-  const int next = kept >= asked ? 2 * std::max(asked, 1) : kept + std::max(2, kept / 2);
+// `kept` of the `offered` nodes of a tree asked for `asked`: twice what it kept when it kept all
+// (room to find the point where nodes stop paying; a drafter that sent fewer than asked is
+// asked the same again), else what it kept with some headroom (half as many again, at least 2,
+// so a saturated verifier still sees a few candidates). No tree (a late or silent drafter)
+// says nothing about the budget: the ask stays. Within [1, cap].
+int NextTreeBudget(int asked, int offered, int kept, int cap) {
+  if (offered == 0) return asked;
+  const int next = kept >= offered ? std::max(asked, 2 * kept) : kept + std::max(2, kept / 2);
   return std::clamp(next, 1, cap);
 }
 
@@ -640,6 +644,7 @@ void Engine::SelectTrees(const std::vector<Active*>& members, std::vector<Drafte
     const std::vector<double> probs = PathProbabilities(drafts[i]);
     const std::vector<int32_t> depths = NodeDepths(drafts[i].parents);
     a.selected = true;
+    a.offered_nodes = static_cast<int>(drafts[i].tokens.size());
     a.kept_depths.clear();
     a.kept_probs.clear();
     for (int j : chosen.keep[i]) {
@@ -734,7 +739,8 @@ void Engine::ApplyResult(Active& a, const SeqTree& t, StepResult result, const S
       calibration_.Observe(a.request.spec_mode.kind(), a.kept_depths, a.kept_probs, accepted);
       a.selected = false;
       if (a.request.auto_tree_budget) {
-        a.ask_budget = NextTreeBudget(a.ask_budget, static_cast<int>(a.kept_depths.size()),
+        a.ask_budget = NextTreeBudget(a.ask_budget, a.offered_nodes,
+                                      static_cast<int>(a.kept_depths.size()),
                                       a.request.spec.tree_budget);
       }
     }
