@@ -111,7 +111,8 @@ TEST(GrpcDraftSourceTest, ACommitsTreeBudgetLimitsItsTree) {
       tree = stream->TakeTree(step);
       if (!tree.has_value()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    ASSERT_TRUE(tree.has_value()) << "no tree for step " << step;
+    ASSERT_TRUE(tree.has_value()) << "no tree for step " << step << " (session "
+                                  << (stream->broken() ? "broken" : "open") << ")";
     EXPECT_EQ(tree->tokens.size(), want[step]) << "step " << step;
   }
   stream.reset();

@@ -458,10 +458,10 @@ void Engine::Admit() {
         cv_.notify_all();
       });
       a->stats.accepted_per_depth.assign(a->request.spec.max_depth, 0);
+      a->stats.drafted_per_depth.assign(a->request.spec.max_depth, 0);
       if (a->request.auto_tree_budget) {
         a->ask_budget = std::min(options_.spec.defaults.tree_budget, a->request.spec.tree_budget);
       }
-      a->stats.drafted_per_depth.assign(a->request.spec.max_depth, 0);
     }
     running_.push_back(std::move(a));
   }
@@ -641,16 +641,10 @@ void Engine::SelectTrees(const std::vector<Active*>& members, std::vector<Drafte
   for (size_t i = 0; i < members.size(); ++i) {
     Active& a = *members[i];
     if (a.draft == nullptr) continue;
-    const std::vector<double> probs = PathProbabilities(drafts[i]);
-    const std::vector<int32_t> depths = NodeDepths(drafts[i].parents);
     a.selected = true;
     a.offered_nodes = static_cast<int>(drafts[i].tokens.size());
-    a.kept_depths.clear();
-    a.kept_probs.clear();
-    for (int j : chosen.keep[i]) {
-      a.kept_depths.push_back(depths[j] + 1);
-      a.kept_probs.push_back(probs[j]);
-    }
+    a.kept_depths = chosen.kept_depths[i];
+    a.kept_probs = chosen.kept_probs[i];
     last_selection_.kept += static_cast<int64_t>(chosen.keep[i].size());
     drafts[i] = KeepNodes(drafts[i], chosen.keep[i]);
   }

@@ -34,8 +34,8 @@ absl::StatusOr<StepCostModel> StepCostModel::Create(StepCostGrid grid, std::vect
     if (!s.ok()) return s;
   }
   if (ms.size() != grid.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("step cost grid: ", ms.size(),
-                                                   " values for ", grid.size(), " points"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("step cost grid: ", ms.size(), " values for ", grid.size(), " points"));
   }
   for (size_t i = 0; i < ms.size(); ++i) {
     if (!std::isfinite(ms[i]) || ms[i] <= 0) {
@@ -54,8 +54,8 @@ StepCostModel::AxisWeights StepCostModel::Locate(const std::vector<int>& axis, d
                                                  bool clamp) {
   if (axis.size() == 1 || x <= axis.front()) return {0, 0, 0};
   // The segment holding x, or the last one beyond the end.
-  const size_t hi = std::min<size_t>(
-      std::upper_bound(axis.begin(), axis.end(), x) - axis.begin(), axis.size() - 1);
+  const size_t hi = std::min<size_t>(std::upper_bound(axis.begin(), axis.end(), x) - axis.begin(),
+                                     axis.size() - 1);
   const size_t lo = hi - 1;
   double t = (x - axis[lo]) / (axis[hi] - axis[lo]);
   if (clamp) t = std::min(t, 1.0);
@@ -72,8 +72,7 @@ StepCostModel::Corners StepCostModel::Around(const StepShape& shape, bool clamp)
     for (int di = 0; di < 2; ++di) {
       for (int ci = 0; ci < 2; ++ci, ++i) {
         out.index[i] = grid_.Index(bi ? b.hi : b.lo, di ? d.hi : d.lo, ci ? c.hi : c.lo);
-        out.weight[i] =
-            (bi ? b.t : 1 - b.t) * (di ? d.t : 1 - d.t) * (ci ? c.t : 1 - c.t);
+        out.weight[i] = (bi ? b.t : 1 - b.t) * (di ? d.t : 1 - d.t) * (ci ? c.t : 1 - c.t);
       }
     }
   }
@@ -133,8 +132,8 @@ absl::StatusOr<StepCostModel> StepCostModel::FromJson(std::string_view json,
     return absl::InvalidArgumentError(absl::StrCat("step cost model: ", e.what()));
   }
   if (stored_key != key) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "step cost model was measured for '", stored_key, "', not for '", key, "'"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("step cost model was measured for '", stored_key, "', not for '", key, "'"));
   }
   return Create(std::move(grid), std::move(ms));
 }

@@ -61,8 +61,8 @@ TEST(StepCostModelTest, ObservedStepsPullTheirNeighbourhoodTowardTheMeasuredTime
   const double measured = 3 * before;
   m.Observe(shape, measured);
   // One observation moves the prediction by the refresh weight of the error.
-  EXPECT_NEAR(m.PredictMs(shape), before + StepCostModel::kDefaultRefreshWeight * (measured - before),
-              1e-9 * measured);
+  EXPECT_NEAR(m.PredictMs(shape),
+              before + StepCostModel::kDefaultRefreshWeight * (measured - before), 1e-9 * measured);
   for (int i = 0; i < 100; ++i) m.Observe(shape, measured);
   EXPECT_NEAR(m.PredictMs(shape), measured, 1e-3 * measured);
   EXPECT_DOUBLE_EQ(m.PredictMs(far), far_before) << "cells not around the shape stay as they were";

@@ -18,10 +18,9 @@ absl::Status CheckOptions(const StepCostProfileOptions& o) {
     return absl::InvalidArgumentError("step cost profile: max_tree_nodes < 0");
   }
   if (o.max_step_rows < 2 * o.max_batch) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("step cost profile: max_step_rows ", o.max_step_rows,
-                     " must be at least twice max_batch (", o.max_batch,
-                     "), so that every batch size is timed with and without a drafted node"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step cost profile: max_step_rows ", o.max_step_rows, " must be at least twice max_batch (",
+        o.max_batch, "), so that every batch size is timed with and without a drafted node"));
   }
   if (o.max_context < 0) return absl::InvalidArgumentError("step cost profile: max_context < 0");
   if (o.reps < 1) return absl::InvalidArgumentError("step cost profile: reps < 1");
@@ -92,8 +91,8 @@ absl::StatusOr<StepCostModel> ProfileStepCost(CausalLm& model,
   RETURN_IF_ERROR(CheckOptions(options));
   const ModelConfig& config = model.config();
   PagedKvCache& kv = model.kv_cache();
-  const StepCostGrid grid = PlanStepCostGrid(options, config.max_position_embeddings,
-                                             kv.num_pages(), kv.page_size());
+  const StepCostGrid grid =
+      PlanStepCostGrid(options, config.max_position_embeddings, kv.num_pages(), kv.page_size());
   std::vector<double> ms(grid.size(), 0);
   std::vector<bool> measured(grid.size(), false);
   const Sequences seqs(model, options.max_batch);

@@ -52,6 +52,16 @@ std::unique_ptr<CausalLm> SmallCpuLm(int max_batch) {
   return *std::move(lm);
 }
 
+// Profile options on `lm`'s fake clock.
+StepCostProfileOptions ClockedOptions(ClockedLm& lm, int max_batch, int max_tree_nodes, int reps) {
+  StepCostProfileOptions o;
+  o.max_batch = max_batch;
+  o.max_tree_nodes = max_tree_nodes;
+  o.reps = reps;
+  o.now = [&lm] { return lm.now_; };
+  return o;
+}
+
 TEST(StepCostProfilerTest, PlansAGridThatFitsTheModel) {
   StepCostProfileOptions o;
   o.max_batch = 12;
@@ -72,12 +82,8 @@ TEST(StepCostProfilerTest, PlansAGridThatFitsTheModel) {
 TEST(StepCostProfilerTest, MeasuresEveryPointOnTheClockAndExtendsTheLargestSteps) {
   ClockedLm lm(SmallCpuLm(4));
   const int free_pages = lm.kv_cache().free_pages();
-  StepCostProfileOptions o;
-  o.max_batch = 4;
-  o.max_tree_nodes = 24;
+  StepCostProfileOptions o = ClockedOptions(lm, 4, 24, 2);
   o.max_step_rows = 40;
-  o.reps = 2;
-  o.now = [&lm] { return lm.now_; };
   absl::StatusOr<StepCostModel> model = ProfileStepCost(lm, o);
   ASSERT_TRUE(model.ok()) << model.status();
   const StepCostGrid& g = model->grid();
@@ -103,12 +109,8 @@ TEST(StepCostProfilerTest, MeasuresEveryPointOnTheClockAndExtendsTheLargestSteps
 
 TEST(StepCostProfilerTest, StopsEachPairAtItsShareOfTheTimeBudget) {
   ClockedLm lm(SmallCpuLm(2));
-  StepCostProfileOptions o;
-  o.max_batch = 2;
-  o.max_tree_nodes = 16;
-  o.reps = 1;
+  StepCostProfileOptions o = ClockedOptions(lm, 2, 16, 1);
   o.max_seconds = 1e-6;  // less than any step: two points per (batch, context) pair
-  o.now = [&lm] { return lm.now_; };
   absl::StatusOr<StepCostModel> model = ProfileStepCost(lm, o);
   ASSERT_TRUE(model.ok()) << model.status();
   const StepCostGrid& g = model->grid();
@@ -125,19 +127,17 @@ TEST(StepCostProfilerTest, StopsEachPairAtItsShareOfTheTimeBudget) {
 
 TEST(StepCostProfilerTest, KeepsTheProfileInACacheFileForItsKeyOnly) {
   ClockedLm lm(SmallCpuLm(2));
-  StepCostProfileOptions o;
-  o.max_batch = 2;
-  o.max_tree_nodes = 8;
-  o.reps = 1;
-  o.now = [&lm] { return lm.now_; };
+  const StepCostProfileOptions o = ClockedOptions(lm, 2, 8, 1);
   const std::string path = ::testing::TempDir() + "/step_cost_cache_test.json";
   std::remove(path.c_str());
   bool profiled = false;
-  absl::StatusOr<StepCostModel> first = LoadOrProfileStepCost(lm, o, path, "tiny cpu tp1", &profiled);
+  absl::StatusOr<StepCostModel> first =
+      LoadOrProfileStepCost(lm, o, path, "tiny cpu tp1", &profiled);
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_TRUE(profiled);
   const int steps = lm.steps_;
-  absl::StatusOr<StepCostModel> again = LoadOrProfileStepCost(lm, o, path, "tiny cpu tp1", &profiled);
+  absl::StatusOr<StepCostModel> again =
+      LoadOrProfileStepCost(lm, o, path, "tiny cpu tp1", &profiled);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_FALSE(profiled);
   EXPECT_EQ(lm.steps_, steps) << "a cached profile runs no step";

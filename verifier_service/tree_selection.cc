@@ -66,6 +66,8 @@ TreeSelection SelectNodes(absl::Span<const SelectionCandidate> candidates,
                           const StepCostModel& cost, const AcceptanceCalibration& calibration) {
   TreeSelection out;
   out.keep.resize(candidates.size());
+  out.kept_depths.resize(candidates.size());
+  out.kept_probs.resize(candidates.size());
   const int batch = static_cast<int>(candidates.size());
   if (batch == 0) return out;
   double context = 0;
@@ -76,7 +78,8 @@ TreeSelection SelectNodes(absl::Span<const SelectionCandidate> candidates,
   // is accepted only with its parent), so that falling chance with rising depth on ties puts
   // every parent before its children.
   struct Node {
-    double p;
+    double p;    // calibrated
+    double raw;  // the drafter's own
     int depth, candidate, index;
   };
   std::vector<Node> nodes;
@@ -92,11 +95,12 @@ TreeSelection SelectNodes(absl::Span<const SelectionCandidate> candidates,
       double p = calibration.Calibrated(candidates[i].kind, depth[j] + 1, raw[j]);
       if (parent >= 0) p = std::min(p, chance[i][parent]);
       chance[i][j] = p;
-      nodes.push_back({p, depth[j] + 1, i, static_cast<int>(j)});
+      nodes.push_back({p, raw[j], depth[j] + 1, i, static_cast<int>(j)});
     }
   }
   std::sort(nodes.begin(), nodes.end(), [](const Node& a, const Node& b) {
-    return std::tie(b.p, a.depth, a.candidate, a.index) < std::tie(a.p, b.depth, b.candidate, b.index);
+    return std::tie(b.p, a.depth, a.candidate, a.index) <
+           std::tie(a.p, b.depth, b.candidate, b.index);
   });
 
   // The order nodes would be added in (parents first, each request within its cap), then the
@@ -128,8 +132,17 @@ TreeSelection SelectNodes(absl::Span<const SelectionCandidate> candidates,
       best_ms = ms;
     }
   }
-  for (size_t k = 0; k < best; ++k) out.keep[order[k]->candidate].push_back(order[k]->index);
-  for (std::vector<int>& keep : out.keep) std::sort(keep.begin(), keep.end());
+  // The kept prefix in index order per candidate (`order` interleaves the candidates).
+  const auto kept_end = order.begin() + static_cast<ptrdiff_t>(best);
+  std::sort(order.begin(), kept_end, [](const Node* a, const Node* b) {
+    return std::tie(a->candidate, a->index) < std::tie(b->candidate, b->index);
+  });
+  for (auto it = order.begin(); it != kept_end; ++it) {
+    const Node* n = *it;
+    out.keep[n->candidate].push_back(n->index);
+    out.kept_depths[n->candidate].push_back(n->depth);
+    out.kept_probs[n->candidate].push_back(n->raw);
+  }
   out.expected_tokens = best_tokens;
   out.predicted_ms = best_ms;
   return out;

@@ -71,8 +71,11 @@ struct SelectionCandidate {
 
 struct TreeSelection {
   // Per candidate, the kept drafted nodes (indices into its tree, ascending; a kept node's
-  // parent is kept).
+  // parent is kept), and parallel to them each one's depth (>= 1) and path probability under
+  // the drafter (PathProbabilities, uncalibrated: what AcceptanceCalibration::Observe takes).
   std::vector<std::vector<int>> keep;
+  std::vector<std::vector<int>> kept_depths;
+  std::vector<std::vector<double>> kept_probs;
   double expected_tokens = 0;  // B + Σ calibrated chances of the kept nodes
   double predicted_ms = 0;     // the step-cost model's time for the step
 };

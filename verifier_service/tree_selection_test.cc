@@ -70,6 +70,8 @@ TEST(TreeSelectionTest, CheapNodesAreAllKeptWithinTheCapAndCostlyOnesNone) {
   const SelectionCandidate one{&tree, 100, 16, DrafterKind::kDraftModel};
   TreeSelection cheap = SelectNodes({&one, 1}, LinearCost(10, 0.01), cal);
   EXPECT_THAT(cheap.keep[0], ElementsAre(0, 1, 2, 3, 4));
+  EXPECT_THAT(cheap.kept_depths[0], ElementsAre(1, 2, 2, 1, 2));
+  EXPECT_THAT(cheap.kept_probs[0], Pointwise(DoubleNear(1e-6), {0.5, 0.3, 0.1, 0.25, 0.225}));
   EXPECT_NEAR(cheap.expected_tokens, 1 + 0.5 + 0.3 + 0.1 + 0.25 + 0.225, 1e-6);
   EXPECT_NEAR(cheap.predicted_ms, 10 + 0.05, 1e-9);
   // A cap of 3 keeps the three likeliest: a (.5), b (.3), d (.25).
