@@ -37,6 +37,7 @@
 #include "drafter_service/drafter_registry.h"
 #include "drafter_service/drafter_service.h"
 #include "drafter_service/ngram_drafter.h"
+#include "drafter_service/replay_drafter.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on");
 ABSL_FLAG(int, port, 0, "port to listen on; 0 = pick a free one (printed on stdout)");
@@ -50,6 +51,14 @@ ABSL_FLAG(std::string, dflash, "",
 ABSL_FLAG(std::string, dflash_target, "",
           "the target model directory the --dflash drafter was trained for: its embedding and "
           "LM head are the drafter's (only those two tensors are read)");
+ABSL_FLAG(std::string, replay, "",
+          "benchmarks only: serve mode REPLAY from this record of the target's greedy outputs "
+          "(treespec-loadgen --record_tokens), each proposed token replaced at "
+          "--replay_replace_rate (drafter_service/replay_drafter.h)");
+ABSL_FLAG(double, replay_replace_rate, 0.25,
+          "replay drafter: chance that a proposed token is replaced by a random one");
+ABSL_FLAG(int, replay_width, 1, "replay drafter: candidates per depth (1 = chains)");
+ABSL_FLAG(uint64_t, replay_seed, 0, "replay drafter: seed of the replacements");
 ABSL_FLAG(std::string, default_mode, "",
           "drafter for mode AUTO: draft_model, dflash or ngram; empty = draft_model when "
           "--draft_model is set, else dflash when --dflash is, else ngram");
@@ -242,9 +251,27 @@ absl::Status Run() {
            config.block_size, FeatureSpecString(config.features()),
            FeatureTargetString(config.features()), shape);
     drafters.Add(DrafterKind::kDflash,
-                 std::make_unique<DflashDrafterFactory>(std::move(dflash->config),
-                                                        std::move(dflash->lm),
-                                                        DflashOptions{draft_shape}));
+                 std::make_unique<DflashDrafterFactory>(
+                     std::move(dflash->config), std::move(dflash->lm), DflashOptions{draft_shape}));
+  }
+
+  if (const std::string replay = absl::GetFlag(FLAGS_replay); !replay.empty()) {
+    ReplayOptions replay_options;
+    replay_options.replace_rate = absl::GetFlag(FLAGS_replay_replace_rate);
+    replay_options.width = absl::GetFlag(FLAGS_replay_width);
+    replay_options.seed = absl::GetFlag(FLAGS_replay_seed);
+    if (absl::Status s = ValidateReplayOptions(replay_options); !s.ok()) return s;
+    ASSIGN_OR_RETURN(ReplayRecords records, ReplayRecords::Load(replay));
+    if (options.vocab_size != 0 && records.vocab_bound() > options.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--replay=", replay, " holds token ", records.vocab_bound() - 1,
+                       ", outside the vocabulary of ", options.vocab_size));
+    }
+    TS_LOG(kInfo, "replay drafter: %d records from %s, replace rate %.3f, width %d", records.size(),
+           replay, replay_options.replace_rate, replay_options.width);
+    drafters.Add(DrafterKind::kReplay,
+                 std::make_unique<ReplayDrafterFactory>(
+                     std::make_shared<const ReplayRecords>(std::move(records)), replay_options));
   }
 
   // Unset: the draft model where there is one, else DFlash, else ngram.

@@ -182,11 +182,12 @@ class DrafterService::SessionReactor final
     }
     const int active = --service_->active_sessions_;
     if (service_->metrics_ != nullptr) service_->metrics_->OnSessionClosed();
+    const int drafted = steps_ - stale_steps_ - skipped_steps_;
     TS_LOG(kInfo,
            "draft session %s done: mode=%s steps=%d drafted_nodes=%d stale_steps=%d "
-           "mean_draft_ms=%.3f status=%s active_sessions=%d",
+           "no_tree_steps=%d mean_draft_ms=%.3f status=%s active_sessions=%d",
            request_id_, DrafterKindName(kind_), steps_, drafted_nodes_, stale_steps_,
-           steps_ > stale_steps_ ? draft_ms_ / (steps_ - stale_steps_) : 0.0,
+           skipped_steps_, drafted > 0 ? draft_ms_ / drafted : 0.0,
            cancelled_ ? "CANCELLED" : error_.ToString(), active);
     delete this;
   }
@@ -195,8 +196,9 @@ class DrafterService::SessionReactor final
   struct Work {
     bool open = false;
     int64_t step = 0;
-    DraftContext added;   // the prompt for open, the commit's tokens and features
-    int tree_budget = 0;  // the commit's (0: the session's)
+    DraftContext added;    // the prompt for open, the commit's tokens and features
+    int tree_budget = 0;   // the commit's (0: the session's)
+    bool no_tree = false;  // append only, answer nothing
   };
 
   // The message just read, into request_.
@@ -233,9 +235,10 @@ class DrafterService::SessionReactor final
             CheckTokens(commit.tokens(), service_->options_.vocab_size, what + ":");
         if (!status.ok()) return status;
         if (commit.tree_budget() < 0) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              what, ": tree_budget is ", commit.tree_budget(), "; it must be >= 0 (0 = the "
-              "session's)"));
+          return absl::InvalidArgumentError(absl::StrCat(what, ": tree_budget is ",
+                                                         commit.tree_budget(),
+                                                         "; it must be >= 0 (0 = the "
+                                                         "session's)"));
         }
         absl::StatusOr<DraftContext> added = DraftContextFromProto(commit, what);
         if (!added.ok()) return added.status();
@@ -247,7 +250,8 @@ class DrafterService::SessionReactor final
         if (status = CheckFeatureRowsLocked(*added, what); !status.ok()) return status;
         added->features = SelectLayers(std::move(added->features), sent_layers_,
                                        feature_spec_.layers, feature_spec_.hidden);
-        queue_.push_back(Work{false, commit.step(), *std::move(added), commit.tree_budget()});
+        queue_.push_back(
+            Work{false, commit.step(), *std::move(added), commit.tree_budget(), commit.no_tree()});
         return absl::OkStatus();
       }
       case v1::DraftRequest::KIND_NOT_SET:
@@ -489,6 +493,10 @@ class DrafterService::SessionReactor final
       } else {
         status = session.status();
       }
+    } else if (work.no_tree) {
+      ++steps_;
+      ++skipped_steps_;
+      status = session_->Append(work.added);
     } else {
       respond = true;
       response.mutable_tree()->set_step(work.step);
@@ -581,6 +589,7 @@ class DrafterService::SessionReactor final
   std::unique_ptr<DraftSession> session_;
   int steps_ = 0;
   int stale_steps_ = 0;
+  int skipped_steps_ = 0;  // commits that asked for no tree
   int drafted_nodes_ = 0;
   double draft_ms_ = 0.0;
 };

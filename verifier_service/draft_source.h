@@ -24,7 +24,9 @@ class DraftStream {
   // Sends what the context gained since the last commit: the tokens emitted (the last one is
   // the pending bonus) and, for a drafter that takes them, their target features
   // (common/tree/draft_context.h says which rows). The answering tree should have at most
-  // `tree_budget` drafted nodes (0: the session's limit; DraftCommit.tree_budget).
+  // `tree_budget` drafted nodes (0: the session's limit; DraftCommit.tree_budget); kNoTree: the
+  // step verifies no tree, none is to be drafted (DraftCommit.no_tree).
+  static constexpr int kNoTree = -1;
   virtual void Commit(int64_t step, DraftContext added, int tree_budget) = 0;
   // The tree answering commit `step`, once it has arrived (stale steps are dropped).
   virtual std::optional<DraftedTree> TakeTree(int64_t step) = 0;

@@ -109,7 +109,12 @@ class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1
 
   void Commit(int64_t step, const DraftContext& added, int tree_budget) {
     std::vector<v1::DraftRequest> parts = CommitParts(step, added);
-    parts.back().mutable_commit()->set_tree_budget(tree_budget);
+    v1::DraftCommit* last = parts.back().mutable_commit();
+    if (tree_budget == DraftStream::kNoTree) {
+      last->set_no_tree(true);
+    } else {
+      last->set_tree_budget(tree_budget);
+    }
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_ || detached_) return;
     last_commit_step_ = step;

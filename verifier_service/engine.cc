@@ -35,6 +35,17 @@ struct Engine::Active {
   // session's), and of the tree this step verifies, the kept nodes' depths and path
   // probabilities (for the calibration; `selected` once the selection has run on it).
   int ask_budget = 0;
+  // Whether this step's commit asked for a tree (an auto request's SpeculationGate may ask for
+  // none), with how many requests running when it chose, and when its last step's forward
+  // ended: what the gate scores the choice by.
+  bool tree_asked = true;
+  int gate_running = 0;
+  absl::Time last_forward_end;
+  double prefill_excess_seen = 0;  // Engine::prefill_excess_ms_ then
+  // What the context gained over steps that asked for no tree, not yet sent: the drafter hears
+  // it with the next commit, so that plain steps cost the drafter (often on the same GPU, or
+  // the same cores) nothing.
+  DraftContext deferred;
   bool selected = false;
   int offered_nodes = 0;  // drafted nodes of the tree the selection ran on
   std::vector<int> kept_depths;
@@ -513,8 +524,8 @@ std::vector<Engine::Active*> Engine::WaitForReady() {
     ready.clear();
     for (auto& a : running_) {
       if (a->done) continue;
-      if (!a->prefilled || a->draft == nullptr) {
-        ready.push_back(a.get());  // prefill, or no speculation: nothing to wait for
+      if (!a->prefilled || a->draft == nullptr || !a->tree_asked) {
+        ready.push_back(a.get());  // prefill, no speculation, no tree asked: nothing to wait for
         continue;
       }
       if (!a->tree.has_value()) a->tree = a->draft->TakeTree(a->step);
@@ -552,27 +563,40 @@ void Engine::Step(const std::vector<Active*>& members) {
   }
   const StepTiming timing{absl::ToDoubleMilliseconds(forward_start - step_start),
                           absl::ToDoubleMilliseconds(forward_end - forward_start), forward_end};
-  const bool verify_only = std::all_of(members.begin(), members.end(),
-                                       [](const Active* a) { return a->prefilled; });
+  const bool verify_only =
+      std::all_of(members.begin(), members.end(), [](const Active* a) { return a->prefilled; });
   if (step_cost_.has_value() && verify_only) {
     int accepted = 0;
     for (const StepResult& r : *results) accepted += static_cast<int>(r.path.size()) - 1;
     ObserveStepCost(batch, timing.forward_ms, accepted);
+  }
+  if (!verify_only && step_cost_.has_value()) {
+    // What the prompts added to the step: the gate leaves it out of every interval it falls
+    // in (a prefill's cost does not depend on whether anyone speculates).
+    std::vector<SeqTree> verifies;
+    for (size_t b = 0; b < members.size(); ++b) {
+      if (members[b]->prefilled) verifies.push_back(batch[b]);
+    }
+    const double verify_ms = verifies.empty() ? 0 : step_cost_->PredictMs(ShapeOf(verifies));
+    prefill_excess_ms_ += std::max(0.0, timing.forward_ms - verify_ms);
   }
   for (size_t b = 0; b < members.size(); ++b) {
     ApplyResult(*members[b], batch[b], std::move((*results)[b]), timing);
   }
 }
 
-void Engine::ObserveStepCost(const std::vector<SeqTree>& batch, double forward_ms,
-                             int accepted) {
+StepShape Engine::ShapeOf(const std::vector<SeqTree>& batch) {
   int64_t drafted = 0, context = 0;
   for (const SeqTree& t : batch) {
     drafted += static_cast<int64_t>(t.tokens.size()) - 1;
     context += t.committed_len;
   }
   const double n = static_cast<double>(batch.size());
-  const StepShape shape{static_cast<int>(batch.size()), drafted / n, context / n};
+  return {static_cast<int>(batch.size()), drafted / n, context / n};
+}
+
+void Engine::ObserveStepCost(const std::vector<SeqTree>& batch, double forward_ms, int accepted) {
+  const StepShape shape = ShapeOf(batch);
   const double predicted = step_cost_->PredictMs(shape);
   step_cost_->Observe(shape, forward_ms);
   const double ratio = forward_ms / predicted;
@@ -648,10 +672,14 @@ void Engine::SelectTrees(const std::vector<Active*>& members, std::vector<Drafte
     last_selection_.kept += static_cast<int64_t>(chosen.keep[i].size());
     drafts[i] = KeepNodes(drafts[i], chosen.keep[i]);
   }
+  TS_LOG(kDebug, "selection: %d requests, %d of %d drafted nodes kept, %.2f tokens in %.3f ms",
+         static_cast<int>(members.size()), static_cast<int>(last_selection_.kept),
+         static_cast<int>(last_selection_.drafted), chosen.expected_tokens, chosen.predicted_ms);
 }
 
 DraftedTree Engine::TakeDraft(Active& a) {
   DraftedTree drafted;
+  if (!a.tree_asked) return drafted;
   if (a.tree.has_value()) {
     absl::Status valid = ValidateDraftedTree(*a.tree, model_->config().vocab_size,
                                              a.request.spec.tree_budget, a.request.spec.max_depth);
@@ -729,16 +757,25 @@ void Engine::ApplyResult(Active& a, const SeqTree& t, StepResult result, const S
     // Every request's steps count, speculation off included (each a step without a draft), so
     // its mean acceptance length is 1.0 rather than undefined.
     RecordSpecStats(a, t, accepted);
+    if (a.request.auto_tree_budget && a.draft != nullptr &&
+        gate_.Observe(a.request.spec_mode.kind(), a.gate_running, a.tree_asked, accepted + 1,
+                      a.last_forward_end, timing.forward_end,
+                      prefill_excess_ms_ - a.prefill_excess_seen)) {
+      TS_LOG(kDebug, "speculation gate: %s",
+             gate_.Describe(a.request.spec_mode.kind(), a.gate_running));
+    }
     if (a.selected) {
       calibration_.Observe(a.request.spec_mode.kind(), a.kept_depths, a.kept_probs, accepted);
       a.selected = false;
       if (a.request.auto_tree_budget) {
-        a.ask_budget = NextTreeBudget(a.ask_budget, a.offered_nodes,
-                                      static_cast<int>(a.kept_depths.size()),
-                                      a.request.spec.tree_budget);
+        a.ask_budget =
+            NextTreeBudget(a.ask_budget, a.offered_nodes, static_cast<int>(a.kept_depths.size()),
+                           a.request.spec.tree_budget);
       }
     }
   }
+  a.last_forward_end = timing.forward_end;
+  a.prefill_excess_seen = prefill_excess_ms_;
   a.bonus = emitted.back();
   GenerationUpdate update = a.output->Append(emitted);
   if (!update.finished && a.committed_len >= options_.context_length) {
@@ -753,14 +790,34 @@ void Engine::ApplyResult(Active& a, const SeqTree& t, StepResult result, const S
     return;
   }
   a.sink->OnUpdate(std::move(update));
-  if (a.draft != nullptr) {
-    a.commit_sent = absl::Now();
-    a.draft->Commit(a.step,
-                    DraftContext{std::move(emitted),
-                                 SelectLayers(std::move(result.features), model_->feature_layers(),
-                                              a.feature_layers, model_->config().hidden_size)},
-                    a.request.auto_tree_budget ? a.ask_budget : 0);
+  if (a.draft != nullptr) CommitToDrafter(a, std::move(emitted), std::move(result.features));
+}
+
+void Engine::CommitToDrafter(Active& a, std::vector<int32_t> emitted, TargetFeatures features) {
+  DraftContext added{std::move(emitted),
+                     SelectLayers(std::move(features), model_->feature_layers(), a.feature_layers,
+                                  model_->config().hidden_size)};
+  int budget = 0;  // the session's
+  if (a.request.auto_tree_budget) {
+    a.gate_running = static_cast<int>(running_.size());
+    a.tree_asked =
+        !options_.speculation_gate || gate_.WantsTree(a.request.spec_mode.kind(), a.gate_running);
+    budget = a.tree_asked ? a.ask_budget : DraftStream::kNoTree;
+    std::lock_guard<std::mutex> lock(mu_);
+    ++(a.tree_asked ? step_cost_stats_.auto_tree_steps : step_cost_stats_.auto_plain_steps);
   }
+  // Commits concatenate (each carries the rows of its tokens but the last, draft_context.h).
+  if (a.deferred.tokens.empty()) {
+    a.deferred = std::move(added);
+  } else {
+    a.deferred.tokens.insert(a.deferred.tokens.end(), added.tokens.begin(), added.tokens.end());
+    a.deferred.features.Append(added.features);
+  }
+  // Without a tree the context waits, up to kMaxDeferredTokens, so that the drafter never lags
+  // far (nor closes the session as idle) and a tree asked later catches up in one commit.
+  if (!a.tree_asked && static_cast<int>(a.deferred.tokens.size()) < kMaxDeferredTokens) return;
+  a.commit_sent = absl::Now();
+  a.draft->Commit(a.step, std::exchange(a.deferred, DraftContext{}), budget);
 }
 
 void Engine::Finish(Active& a, GenerationUpdate update) {

@@ -22,6 +22,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "verifier_service/draft_source.h"
 #include "verifier_service/request.h"
+#include "verifier_service/speculation_gate.h"
 #include "verifier_service/step_cost_model.h"
 #include "verifier_service/tree_selection.h"
 
@@ -42,9 +43,13 @@ struct EngineOptions {
   // What a verify step costs on this model (step_cost_profiler.h); the engine takes it over and
   // refreshes it from every verify step's measured forward time. With one, every verify step
   // verifies only the drafted nodes that pay (tree_selection.h), and a request that leaves its
-  // tree budget unset gets one chosen step by step (GenerationRequest::auto_tree_budget). None:
-  // every request's drafted tree is verified whole.
+  // tree budget unset gets one chosen step by step (GenerationRequest::auto_tree_budget), and
+  // asks for no tree at all on steps where waiting for one does not pay (speculation_gate.h).
+  // None: every request's drafted tree is verified whole.
   std::optional<StepCostModel> step_cost;
+  // With a step-cost model: whether auto requests may ask for no tree (SpeculationGate). Off,
+  // they always ask — for tests and measurements of the tree selection alone.
+  bool speculation_gate = true;
 };
 
 // Flag-level checks (the message names the flag); the engine assumes options that pass.
@@ -68,16 +73,20 @@ class RequestSink {
 // times (steps with a prefill are not verify steps and are left out).
 struct StepCostStats {
   // Upper bounds of the measured / predicted buckets (a Prometheus histogram's "le").
-  static constexpr std::array<double, 10> kRatioBounds{0.5, 0.8, 0.9, 0.95, 1.0,
-                                                       1.05, 1.1, 1.25, 2.0, 4.0};
+  static constexpr std::array<double, 10> kRatioBounds{0.5,  0.8, 0.9,  0.95, 1.0,
+                                                       1.05, 1.1, 1.25, 2.0,  4.0};
   int64_t steps = 0;
   int64_t drafted_nodes = 0;     // in the trees that arrived for these steps
   int64_t verified_nodes = 0;    // of them, the ones the selection kept
   double expected_accepted = 0;  // drafted tokens the selection expected to be accepted
   int64_t accepted = 0;          // drafted tokens accepted
+  // Steps of auto requests (GenerationRequest::auto_tree_budget) that asked for a tree, and
+  // that asked for none (SpeculationGate).
+  int64_t auto_tree_steps = 0;
+  int64_t auto_plain_steps = 0;
   double predicted_ms = 0;  // summed over the steps
   double measured_ms = 0;
-  double ratio_sum = 0;     // of measured / predicted
+  double ratio_sum = 0;                                     // of measured / predicted
   std::array<int64_t, kRatioBounds.size()> ratio_counts{};  // not cumulative; above 4: none
 };
 
@@ -164,6 +173,8 @@ class Engine {
   // Keeps of each member's drafted tree (`drafts`, parallel to `members`) the nodes that pay
   // (SelectNodes), remembering what each kept for the calibration. Verify steps only.
   void SelectTrees(const std::vector<Active*>& members, std::vector<DraftedTree>& drafts);
+  // The step-cost model's shape of a step over `batch` (all verify trees).
+  static StepShape ShapeOf(const std::vector<SeqTree>& batch);
   // A verify step of `batch` took `forward_ms` and accepted `accepted` drafted tokens: the cost
   // model's prediction is scored and the model refreshed. Not for steps with a prefill.
   void ObserveStepCost(const std::vector<SeqTree>& batch, double forward_ms, int accepted);
@@ -172,6 +183,10 @@ class Engine {
                    const StepTiming& timing);
   // One verify step's speculation counters: `accepted` drafted tokens of `tree`'s.
   void RecordSpecStats(Active& active, const SeqTree& tree, int accepted);
+  // Tells the drafter what a step added to the request's context, asking for the next tree
+  // (an auto request's SpeculationGate may ask for none: the context is then deferred).
+  static constexpr int kMaxDeferredTokens = 64;
+  void CommitToDrafter(Active& active, std::vector<int32_t> emitted, TargetFeatures features);
   // Sends the final update and releases the request (KV pages, draft session).
   void Finish(Active& active, GenerationUpdate update);
   void Release(Active& active);
@@ -197,14 +212,17 @@ class Engine {
   std::optional<StepCostModel> step_cost_;        // engine thread only
   bool has_step_cost_ = false;                    // step_cost_.has_value(), for any thread
   AcceptanceCalibration calibration_;             // engine thread only
+  SpeculationGate gate_;                          // engine thread only
+  // Forward time that prompts added to the steps they were prefilled in, summed (engine thread).
+  double prefill_excess_ms_ = 0;
   // The last step's selection (engine thread only): drafted nodes offered and kept, and the
   // accepted tokens expected of them.
   struct {
     int64_t drafted = 0, kept = 0;
     double expected_accepted = 0;
   } last_selection_;
-  StepCostStats step_cost_stats_;                 // guarded by mu_
-  int pages_promised_ = 0;  // worst-case pages of running requests (engine thread)
+  StepCostStats step_cost_stats_;  // guarded by mu_
+  int pages_promised_ = 0;         // worst-case pages of running requests (engine thread)
   std::thread thread_;
 };
 

@@ -12,6 +12,7 @@
 #include "common/model/cpu_test_util.h"
 #include "drafter_service/draft_model_drafter.h"
 #include "drafter_service/ngram_drafter.h"
+#include "drafter_service/replay_drafter.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "verifier_service/engine_test_util.h"
@@ -249,6 +250,7 @@ TEST_F(EngineTest, AStepCostModelChoosesWhichDraftedNodesAreVerified) {
     EngineOptions options;
     options.spec.max = {40, 8, 40};
     options.step_cost = LinearStepCost(per_node);
+    options.speculation_gate = false;  // the target drafting for itself never pays in time
     Engine engine(target_.get(), nullptr, &drafts, options);
     GenerationRequest request = r;
     request.spec.tree_budget = tree_budget;
@@ -279,6 +281,49 @@ TEST_F(EngineTest, AStepCostModelChoosesWhichDraftedNodesAreVerified) {
   EXPECT_DOUBLE_EQ(saturated.out.stats.MeanAcceptanceLength(), 1.0);
   EXPECT_LE(saturated.stats.drafted_nodes, 16 + 2 * saturated.stats.steps)
       << "after the first tree the drafter is asked for two nodes";
+}
+
+// The speculation gate scores each choice by what it delivers in time. A drafter whose trees
+// take 50 ms to arrive (at most 3 tokens each) loses to plain steps: after its trial steps an
+// auto request asks for no tree. Trees that are instant and always accepted (the replay
+// drafter on the target's own output) win: the request keeps asking for them. Both outputs are
+// plain decoding's.
+TEST_F(EngineTest, TheSpeculationGateAsksForTreesOnlyWhereTheyPay) {
+  GenerationRequest r = Request(Prompt(6), SpecMode::Of(DrafterKind::kNgram), 200);
+  r.spec.max_depth = 2;
+  const std::vector<int32_t> plain = Plain(r);
+  EngineOptions options;
+  options.step_cost = LinearStepCost(0);
+  options.draft_timeout = absl::Seconds(1);
+  {
+    NgramDrafterFactory ngram{NgramOptions()};
+    DelayedDraftSource slow(&ngram, [](int64_t) { return absl::Milliseconds(50); });
+    Engine engine(target_.get(), nullptr, &slow, options);
+    const GenerationUpdate out = RunToEnd(engine, r);
+    ASSERT_TRUE(out.status.ok()) << out.status;
+    EXPECT_THAT(out.token_ids, ElementsAreArray(plain));
+    const StepCostStats stats = engine.Snapshot().step_cost.value();
+    EXPECT_LE(stats.auto_tree_steps, SpeculationGate::kMinSamples + 1);
+    EXPECT_GT(stats.auto_plain_steps, 8 * stats.auto_tree_steps);
+  }
+  {
+    std::vector<int32_t> record = r.prompt;
+    record.insert(record.end(), plain.begin(), plain.end());
+    ReplayDrafterFactory replay(
+        std::make_shared<const ReplayRecords>(std::vector<std::vector<int32_t>>{record}),
+        ReplayOptions{0.0, 1, 0});
+    LocalDraftSource fast(&replay);
+    GenerationRequest chains = r;
+    chains.spec_mode = SpecMode::Of(DrafterKind::kReplay);
+    chains.spec.max_depth = 8;
+    Engine engine(target_.get(), nullptr, &fast, options);
+    const GenerationUpdate out = RunToEnd(engine, chains);
+    ASSERT_TRUE(out.status.ok()) << out.status;
+    EXPECT_THAT(out.token_ids, ElementsAreArray(plain));
+    const StepCostStats stats = engine.Snapshot().step_cost.value();
+    EXPECT_GT(stats.auto_tree_steps, 2 * stats.auto_plain_steps);
+    EXPECT_GT(out.stats.MeanAcceptanceLength(), 4.0);
+  }
 }
 
 TEST_F(EngineTest, BatchEqualsRequestsAlone) {

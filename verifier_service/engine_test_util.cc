@@ -89,6 +89,10 @@ class LocalDraftStream final : public MailboxDraftStream {
   LocalDraftStream(std::unique_ptr<DraftSession> session, SpecLimits limits)
       : session_(std::move(session)), limits_(limits) {}
   void Commit(int64_t step, DraftContext added, int tree_budget) override {
+    if (tree_budget == kNoTree) {
+      broken_ = broken_ || !session_->Append(added).ok();
+      return;
+    }
     absl::StatusOr<DraftedTree> tree =
         session_->Append(added).ok() ? session_->Draft(WithTreeBudget(limits_, tree_budget))
                                      : absl::StatusOr<DraftedTree>(absl::InternalError("append"));
@@ -107,7 +111,9 @@ class LocalDraftStream final : public MailboxDraftStream {
 class ScriptedDraftStream final : public MailboxDraftStream {
  public:
   explicit ScriptedDraftStream(ScriptedDraftSource::TreeFn fn) : fn_(std::move(fn)) {}
-  void Commit(int64_t step, DraftContext, int) override { Deliver(step, fn_(step)); }
+  void Commit(int64_t step, DraftContext, int tree_budget) override {
+    if (tree_budget != kNoTree) Deliver(step, fn_(step));
+  }
 
  private:
   ScriptedDraftSource::TreeFn fn_;
@@ -144,6 +150,10 @@ class DelayedDraftStream final : public DraftStream {
     for (std::thread& t : threads_) t.join();
   }
   void Commit(int64_t step, DraftContext added, int tree_budget) override {
+    if (tree_budget == kNoTree) {
+      session_->Append(added).IgnoreError();  // a failed append shows in later trees
+      return;
+    }
     absl::StatusOr<DraftedTree> tree = session_->Append(added).ok()
                                            ? session_->Draft(WithTreeBudget(limits_, tree_budget))
                                            : absl::StatusOr<DraftedTree>(DraftedTree());

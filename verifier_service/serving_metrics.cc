@@ -2,8 +2,8 @@
 
 #include <limits>
 #include <string>
-#include <vector>
 #include <utility>
+#include <vector>
 
 #include "common/metrics/exposition.h"
 
@@ -114,8 +114,8 @@ void AddStepCostFamilies(const StepCostStats& s, std::vector<prometheus::MetricF
     cumulative += static_cast<uint64_t>(s.ratio_counts[i]);
     metric.histogram.bucket.push_back({cumulative, StepCostStats::kRatioBounds[i]});
   }
-  metric.histogram.bucket.push_back({static_cast<uint64_t>(s.steps),
-                                     std::numeric_limits<double>::infinity()});
+  metric.histogram.bucket.push_back(
+      {static_cast<uint64_t>(s.steps), std::numeric_limits<double>::infinity()});
   ratio.metric.push_back(std::move(metric));
   out.push_back(std::move(ratio));
   out.push_back(CounterFamily("treespec_step_cost_predicted_seconds_total",
@@ -136,6 +136,13 @@ void AddStepCostFamilies(const StepCostStats& s, std::vector<prometheus::MetricF
   out.push_back(CounterFamily("treespec_selection_accepted_tokens_total",
                               "Drafted tokens accepted in the same steps",
                               static_cast<double>(s.accepted)));
+  out.push_back(CounterFamily("treespec_auto_tree_steps_total",
+                              "Steps of auto-budget requests that asked their drafter for a tree",
+                              static_cast<double>(s.auto_tree_steps)));
+  out.push_back(CounterFamily("treespec_auto_plain_steps_total",
+                              "Steps of auto-budget requests that asked for no tree (waiting for "
+                              "one did not pay)",
+                              static_cast<double>(s.auto_plain_steps)));
 }
 
 }  // namespace

@@ -11,7 +11,9 @@
 //     treespec_selection_drafted_nodes_total, treespec_selection_verified_nodes_total (drafted
 //       nodes that arrived, and those the tree selection verified),
 //       treespec_selection_expected_accepted_tokens_total and
-//       treespec_selection_accepted_tokens_total (what it expected them to accept, and did)
+//       treespec_selection_accepted_tokens_total (what it expected them to accept, and did),
+//     treespec_auto_tree_steps_total and treespec_auto_plain_steps_total (auto-budget
+//       requests' steps with a tree asked for, and without: SpeculationGate)
 //   histograms: treespec_time_to_first_token_seconds, treespec_inter_token_latency_seconds
 //     (the gap between two stream messages that brought tokens),
 //     treespec_drafter_round_trip_seconds (a commit sent to the drafter until its tree arrives)

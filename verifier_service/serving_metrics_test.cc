@@ -24,6 +24,8 @@ TEST(ServingMetricsTest, ExportsTheStepCostModelsScoreOnlyWithAModel) {
   stats.verified_nodes = 30;
   stats.expected_accepted = 7.5;
   stats.accepted = 9;
+  stats.auto_tree_steps = 12;
+  stats.auto_plain_steps = 340;
   snapshot.step_cost = stats;  // one step above 4: only in +Inf
   const std::string text = metrics.Scrape();
   EXPECT_THAT(text, HasSubstr("treespec_step_cost_ratio_bucket{le=\"0.95\"} 0"));
@@ -38,6 +40,8 @@ TEST(ServingMetricsTest, ExportsTheStepCostModelsScoreOnlyWithAModel) {
   EXPECT_THAT(text, HasSubstr("treespec_selection_verified_nodes_total 30"));
   EXPECT_THAT(text, HasSubstr("treespec_selection_expected_accepted_tokens_total 7.5"));
   EXPECT_THAT(text, HasSubstr("treespec_selection_accepted_tokens_total 9"));
+  EXPECT_THAT(text, HasSubstr("treespec_auto_tree_steps_total 12"));
+  EXPECT_THAT(text, HasSubstr("treespec_auto_plain_steps_total 340"));
 }
 
 }  // namespace

@@ -28,3 +28,5 @@ treespec_add_test(NAME serving_metrics_test SOURCES serving_metrics_test.cc
   LIBS treespec_verifier GTest::gmock)
 treespec_add_test(NAME tree_selection_test SOURCES tree_selection_test.cc
   LIBS treespec_engine GTest::gmock)
+treespec_add_test(NAME speculation_gate_test SOURCES speculation_gate_test.cc
+  LIBS treespec_engine GTest::gtest)

@@ -57,7 +57,7 @@ class AcceptanceCalibration {
     double predicted = 1;  // a prior of one step that predicted what it accepted
     double accepted = 1;
   };
-  static constexpr int kKinds = 4;  // DrafterKind's values, then AUTO
+  static constexpr int kKinds = kNumDrafterKinds + 1;  // DrafterKind's values, then AUTO
   std::array<std::array<Counts, kMaxDepth + 1>, kKinds> counts_{};
 };
 

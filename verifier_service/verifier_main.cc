@@ -38,6 +38,10 @@
 #include "verifier_service/step_cost_profiler.h"
 
 ABSL_FLAG(std::string, model, "models/tiny-target", "target model directory (HF format)");
+ABSL_FLAG(bool, random_weights, false,
+          "benchmarks only: read only config.json from --model and make pseudo-random weights "
+          "on the GPU (a real model's shape without its checkpoint; mode REPLAY gives it a set "
+          "acceptance)");
 ABSL_FLAG(std::string, tokenizer, "",
           "tokenizer.json path; empty = <model>/tokenizer.json if present; none = ids only");
 ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on");
@@ -117,10 +121,10 @@ absl::StatusOr<treespec::StepCostModel> StepCost(treespec::CausalLm& model,
   profile.max_context = std::min(profile.max_context, context);
   const std::string key = absl::StrCat(
       std::filesystem::absolute(absl::GetFlag(FLAGS_model)).lexically_normal().string(), " ",
-      c.architecture, " layers ", c.num_layers, " hidden ", c.hidden_size, " vocab ",
-      c.vocab_size, " on ", model.device(), " tp ", model.tensor_parallel(), " batch ",
-      profile.max_batch, " tree ", profile.max_tree_nodes, " context ", profile.max_context,
-      " kv pages ", model.kv_cache().num_pages(), " x ", model.kv_cache().page_size());
+      c.architecture, " layers ", c.num_layers, " hidden ", c.hidden_size, " vocab ", c.vocab_size,
+      " on ", model.device(), " tp ", model.tensor_parallel(), " batch ", profile.max_batch,
+      " tree ", profile.max_tree_nodes, " context ", profile.max_context, " kv pages ",
+      model.kv_cache().num_pages(), " x ", model.kv_cache().page_size());
   const absl::Time start = absl::Now();
   bool profiled = false;
   absl::StatusOr<treespec::StepCostModel> cost = treespec::LoadOrProfileStepCost(
@@ -152,7 +156,9 @@ absl::StatusOr<Loaded> Load(const treespec::EngineOptions& opts) {
   lm.kv_page_size = absl::GetFlag(FLAGS_kv_page_size);
   lm.max_batch = absl::GetFlag(FLAGS_max_batch);
   Loaded l;
-  auto model = treespec::LoadCausalLm(model_dir, absl::GetFlag(FLAGS_device), lm);
+  auto model = absl::GetFlag(FLAGS_random_weights)
+                   ? treespec::CreateRandomCausalLm(model_dir, absl::GetFlag(FLAGS_device), lm, 1)
+                   : treespec::LoadCausalLm(model_dir, absl::GetFlag(FLAGS_device), lm);
   if (!model.ok()) {
     return absl::Status(model.status().code(),
                         absl::StrCat("cannot load model: ", model.status().ToString()));

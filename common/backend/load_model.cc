@@ -56,8 +56,8 @@ absl::StatusOr<std::string> ResolveDevice(const std::string& device, const LmOpt
   if (device == "auto" || device.empty()) {
     if (gpus == 0) return std::string("cpu");
     if (tp > gpus) {
-      TS_LOG(kWarning, "--device=auto: --tp=%d needs %d GPUs, %d present; running on the CPU",
-             tp, tp, gpus);
+      TS_LOG(kWarning, "--device=auto: --tp=%d needs %d GPUs, %d present; running on the CPU", tp,
+             tp, gpus);
       return std::string("cpu");
     }
     std::vector<int> devices;
@@ -81,14 +81,13 @@ absl::StatusOr<std::string> ResolveDevice(const std::string& device, const LmOpt
           absl::StrCat("--device=", device, ": no CUDA device is usable on this machine"));
     }
     if (static_cast<int>(devices.size()) != tp) {
-      return absl::InvalidArgumentError(absl::StrCat("--device=", device, " lists ",
-                                                     devices.size(), " GPUs but --tp=", tp,
-                                                     " (one GPU per rank)"));
+      return absl::InvalidArgumentError(absl::StrCat("--device=", device, " lists ", devices.size(),
+                                                     " GPUs but --tp=", tp, " (one GPU per rank)"));
     }
     for (int d : devices) {
       if (d >= gpus) {
-        return absl::InvalidArgumentError(absl::StrCat("--device=", device, ": GPU ", d,
-                                                       " does not exist (", gpus, " present)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("--device=", device, ": GPU ", d, " does not exist (", gpus, " present)"));
       }
     }
     return CudaName(devices);
@@ -123,6 +122,27 @@ absl::StatusOr<DflashLm> LoadDflashLm(const std::string& drafter_dir, const std:
   ASSIGN_OR_RETURN(ModelWeights weights, LoadDflashWeights(drafter_dir, out.config, target_dir));
   ASSIGN_OR_RETURN(out.lm, CreateCausalLm(out.config.body, std::move(weights), device, options));
   return out;
+}
+
+absl::StatusOr<std::unique_ptr<CausalLm>> CreateRandomCausalLm(const std::string& model_dir,
+                                                               const std::string& device,
+                                                               const LmOptions& options,
+                                                               uint64_t seed) {
+  ASSIGN_OR_RETURN(const std::string resolved, ResolveDevice(device, options));
+  if (resolved == "cpu") {
+    return absl::InvalidArgumentError(
+        "random weights are made on a GPU (--device=cuda...): on the CPU, write a random "
+        "checkpoint with treespec-random-model and load that");
+  }
+  ASSIGN_OR_RETURN(const ModelConfig config, LoadModelConfig(model_dir));
+#if TREESPEC_WITH_CUDA
+  gpu::CudaLmOptions cuda;
+  ASSIGN_OR_RETURN(cuda.devices, ParseCudaList(resolved, resolved.substr(5)));
+  return gpu::CreateRandomCudaCausalLm(config, seed, options, cuda, gpu::RandomStyle::kDecisive);
+#else
+  (void)seed;
+  return absl::InternalError(absl::StrCat("unreachable device ", resolved));
+#endif
 }
 
 absl::StatusOr<std::unique_ptr<CausalLm>> LoadCausalLm(const std::string& model_dir,

@@ -25,6 +25,18 @@ absl::StatusOr<std::unique_ptr<CausalLm>> LoadCausalLm(const std::string& model_
                                                        const std::string& device,
                                                        const LmOptions& options);
 
+// A model of the config.json in `model_dir` (no other file is read) with pseudo-random weights
+// made on the GPU from `seed`: benchmarks at a real model's shape without its checkpoint (the
+// replay drafter gives such a target a controlled acceptance). The weights are
+// gpu::RandomStyle::kDecisive: greedy decoding repeats the last token, the same whatever rows
+// a step runs, so a recorded output replays exactly. CUDA only: the CPU backend would
+// hold fp32 weights of that size on the host; write a checkpoint with treespec-random-model
+// instead.
+absl::StatusOr<std::unique_ptr<CausalLm>> CreateRandomCausalLm(const std::string& model_dir,
+                                                               const std::string& device,
+                                                               const LmOptions& options,
+                                                               uint64_t seed);
+
 // Makes a model of `config` from host weights on the backend `device` names.
 absl::StatusOr<std::unique_ptr<CausalLm>> CreateCausalLm(const ModelConfig& config,
                                                          ModelWeights weights,

@@ -61,5 +61,42 @@ TEST(LoadModelTest, LoadsTheTinyTargetOnTheResolvedBackend) {
   EXPECT_EQ(*ResolveDevice("auto", options), (*model)->device() == "cpu" ? "cpu" : "cuda:0");
 }
 
+// Random weights are made on a GPU: the CPU refuses them, naming the alternative; on a GPU the
+// model has the directory's shape (only config.json is read).
+TEST(LoadModelTest, RandomWeightsTakeTheConfigsShapeOnAGpu) {
+  LmOptions options;
+  options.max_batch = 2;
+  const std::string dir = std::string(TREESPEC_SOURCE_DIR) + "/models/tiny-target";
+  // The benchmark shape (models/README.md) is a config the loader takes.
+  absl::StatusOr<ModelConfig> shape =
+      LoadModelConfig(std::string(TREESPEC_SOURCE_DIR) + "/models/llama3-8b-shape");
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  EXPECT_EQ(shape->num_layers, 32);
+  EXPECT_EQ(shape->vocab_size, 128256);
+  auto cpu = CreateRandomCausalLm(dir, "cpu", options, 1);
+  ASSERT_FALSE(cpu.ok());
+  EXPECT_NE(cpu.status().message().find("treespec-random-model"), std::string::npos);
+  if (*ResolveDevice("auto", options) == "cpu") GTEST_SKIP() << "no GPU here";
+  auto gpu = CreateRandomCausalLm(dir, "auto", options, 1);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  CausalLm& lm = **gpu;
+  EXPECT_EQ(lm.config().num_layers, LoadModelConfig(dir)->num_layers);
+  // Decisive weights: greedy decoding repeats the last token, after a prompt and along a
+  // drafted chain of it alike.
+  const SeqId seq = lm.CreateSequence();
+  SeqTree prompt{seq, 0, {5, 17, 99}, {-1, 0, 1}};
+  StepSpec prefill;
+  prefill.prefill = true;
+  absl::StatusOr<std::vector<StepResult>> first = lm.VerifyStep({prompt}, {prefill});
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ((*first)[0].emitted.back(), 99);
+  SeqTree chain{seq, 3, {99, 99, 99, 99}, {-1, 0, 1, 2}};
+  absl::StatusOr<std::vector<StepResult>> next = lm.VerifyStep({chain}, {StepSpec{}});
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ((*next)[0].emitted, std::vector<int32_t>(4, 99));
+  lm.FreeSequence(seq);
+  EXPECT_FALSE(CreateRandomCausalLm("/nonexistent", "auto", options, 1).ok());
+}
+
 }  // namespace
 }  // namespace treespec

@@ -784,9 +784,10 @@ absl::StatusOr<std::unique_ptr<CausalLm>> CreateCudaCausalLm(const ModelConfig& 
 absl::StatusOr<std::unique_ptr<CausalLm>> CreateRandomCudaCausalLm(const ModelConfig& config,
                                                                    uint64_t seed,
                                                                    const LmOptions& options,
-                                                                   const CudaLmOptions& cuda) {
+                                                                   const CudaLmOptions& cuda,
+                                                                   RandomStyle style) {
   return Create(config, options, cuda,
-                [&](cudaStream_t stream) { return RandomTensors(config, seed, stream); });
+                [&](cudaStream_t stream) { return RandomTensors(config, seed, stream, style); });
 }
 
 absl::StatusOr<std::unique_ptr<CausalLm>> LoadCudaCausalLm(const std::string& model_dir,

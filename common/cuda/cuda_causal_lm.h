@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "common/cuda/gemm.h"
 #include "common/cuda/tree_attention_plan.h"
+#include "common/cuda/weight_source.h"
 #include "common/model/causal_lm.h"
 #include "common/model/config.h"
 #include "common/model/weights.h"
@@ -79,11 +80,10 @@ absl::StatusOr<std::unique_ptr<CausalLm>> CreateCudaCausalLm(const ModelConfig& 
                                                              const CudaLmOptions& cuda = {});
 
 // The same model with pseudo-random weights made on the device (benchmarks of real shapes:
-// an 8B-shaped model without 32 GB of host tensors), with testing::RandomWeights' spreads.
-absl::StatusOr<std::unique_ptr<CausalLm>> CreateRandomCudaCausalLm(const ModelConfig& config,
-                                                                   uint64_t seed,
-                                                                   const LmOptions& options,
-                                                                   const CudaLmOptions& cuda = {});
+// an 8B-shaped model without 32 GB of host tensors), of `style` (weight_source.h).
+absl::StatusOr<std::unique_ptr<CausalLm>> CreateRandomCudaCausalLm(
+    const ModelConfig& config, uint64_t seed, const LmOptions& options,
+    const CudaLmOptions& cuda = {}, RandomStyle style = RandomStyle::kSpread);
 
 // Loads `model_dir` (config.json, *.safetensors) onto the GPU.
 absl::StatusOr<std::unique_ptr<CausalLm>> LoadCudaCausalLm(const std::string& model_dir,

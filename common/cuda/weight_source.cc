@@ -58,10 +58,12 @@ TensorSource HostTensors(const ModelConfig& config, const ModelWeights& weights)
   };
 }
 
-TensorSource RandomTensors(const ModelConfig& config, uint64_t seed, cudaStream_t stream) {
+TensorSource RandomTensors(const ModelConfig& config, uint64_t seed, cudaStream_t stream,
+                           RandomStyle style) {
   auto shapes = Shapes(config);
   const float hidden = static_cast<float>(config.hidden_size);
-  return [shapes, seed, stream, hidden](const std::string& name) -> absl::StatusOr<DeviceTensor> {
+  return [shapes, seed, stream, hidden,
+          style](const std::string& name) -> absl::StatusOr<DeviceTensor> {
     const auto it = shapes->find(name);
     if (it == shapes->end()) return absl::InvalidArgumentError(absl::StrCat("no tensor ", name));
     DeviceTensor out;
@@ -79,8 +81,15 @@ TensorSource RandomTensors(const ModelConfig& config, uint64_t seed, cudaStream_
     } else {
       sigma = 1.0f / std::sqrt(static_cast<float>(out.shape[1]));
     }
+    std::string key = name;
+    if (style == RandomStyle::kDecisive) {
+      if (name == "lm_head.weight") key = "model.embed_tokens.weight";
+      if (absl::EndsWith(name, "o_proj.weight") || absl::EndsWith(name, "down_proj.weight")) {
+        sigma *= 1e-3f;
+      }
+    }
     CUDA_RETURN_IF_ERROR(LaunchFillUniformBf16(out.data.data(), n,
-                                               seed ^ std::hash<std::string>{}(name), center,
+                                               seed ^ std::hash<std::string>{}(key), center,
                                                std::sqrt(3.0f) * sigma, stream));
     CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
     return out;
@@ -101,8 +110,8 @@ absl::StatusOr<DeviceBuffer<bf16>> MakeShard(const TensorSource& source, const M
     if (s.axis == TpSlice::Axis::kAll) s = {TpSlice::Axis::kRows, 0, rows};
     const int64_t limit = s.axis == TpSlice::Axis::kRows ? rows : cols;
     if (s.begin < 0 || s.end < s.begin || s.end > limit) {
-      return absl::InternalError(absl::StrCat("slice [", s.begin, ", ", s.end, ") of ", name,
-                                              " outside its ", limit));
+      return absl::InternalError(
+          absl::StrCat("slice [", s.begin, ", ", s.end, ") of ", name, " outside its ", limit));
     }
     total += (s.end - s.begin) * (s.axis == TpSlice::Axis::kRows ? cols : rows);
     full.push_back(std::move(t));
@@ -122,10 +131,9 @@ absl::StatusOr<DeviceBuffer<bf16>> MakeShard(const TensorSource& source, const M
                                            stream));
       at += width * cols;
     } else {  // columns [begin, end) of every row
-      CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(out.data() + at, width * sizeof(bf16),
-                                             t.data.data() + s.begin, cols * sizeof(bf16),
-                                             width * sizeof(bf16), rows, cudaMemcpyDeviceToDevice,
-                                             stream));
+      CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
+          out.data() + at, width * sizeof(bf16), t.data.data() + s.begin, cols * sizeof(bf16),
+          width * sizeof(bf16), rows, cudaMemcpyDeviceToDevice, stream));
       at += width * rows;
     }
   }

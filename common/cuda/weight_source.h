@@ -34,10 +34,26 @@ using TensorSource = std::function<absl::StatusOr<DeviceTensor>(const std::strin
 // source.
 TensorSource HostTensors(const ModelConfig& config, const ModelWeights& weights);
 
-// Pseudo-random values made on the device with testing::RandomWeights' spreads (norms 1 ± 0.2,
-// biases std 0.3, embedding and head std 3/sqrt(hidden), projections std 1/sqrt(in)); keyed by
-// (seed, name), so every rank slices the same full model.
-TensorSource RandomTensors(const ModelConfig& config, uint64_t seed, cudaStream_t stream);
+// What a random model's values are like.
+enum class RandomStyle {
+  // testing::RandomWeights' spreads: norms 1 ± 0.2, biases std 0.3, embedding and head std
+  // 3/sqrt(hidden), projections std 1/sqrt(in). Its logits are ~N(0, 3²) over the vocabulary,
+  // so the top two of an 8B shape's 128k are often within bf16 noise of each other: which
+  // token greedy decoding picks can change with the rows a step runs (a tree or one token).
+  kSpread,
+  // The same, except that the LM head holds the embedding's values and the layers' output
+  // projections (o_proj, down_proj) are 1000× smaller: the residual stream stays near the
+  // current token's embedding, whose own logit leads every other by ~10× the bf16 noise, so
+  // greedy decoding repeats the last token whatever rows a step runs. For benchmarks whose
+  // drafter replays the target's recorded output (drafter_service/replay_drafter.h): the time
+  // of every kernel is the same as kSpread's.
+  kDecisive,
+};
+
+// Pseudo-random values of `style` made on the device, keyed by (seed, name), so every rank
+// slices the same full model.
+TensorSource RandomTensors(const ModelConfig& config, uint64_t seed, cudaStream_t stream,
+                           RandomStyle style = RandomStyle::kSpread);
 
 // Rank `plan`'s slices of `names` (TpSliceOf), concatenated along dim 0, on the current device.
 absl::StatusOr<DeviceBuffer<__nv_bfloat16>> MakeShard(const TensorSource& source,

@@ -10,6 +10,8 @@ v1::SpeculationMode ToProto(DrafterKind kind) {
       return v1::SPECULATION_MODE_DRAFT_MODEL;
     case DrafterKind::kDflash:
       return v1::SPECULATION_MODE_DFLASH;
+    case DrafterKind::kReplay:
+      return v1::SPECULATION_MODE_REPLAY;
   }
   return v1::SPECULATION_MODE_AUTO;
 }

@@ -9,6 +9,7 @@ constexpr DrafterKindInfo kKinds[] = {
     {DrafterKind::kNgram, "ngram", "NGRAM", ""},
     {DrafterKind::kDraftModel, "draft_model", "DRAFT_MODEL", "--draft_model=DIR"},
     {DrafterKind::kDflash, "dflash", "DFLASH", "--dflash=DIR --dflash_target=DIR"},
+    {DrafterKind::kReplay, "replay", "REPLAY", "--replay=FILE"},
 };
 
 std::string Join(absl::Span<const DrafterKind> kinds, const char* DrafterKindInfo::*field) {
@@ -16,6 +17,8 @@ std::string Join(absl::Span<const DrafterKind> kinds, const char* DrafterKindInf
     out->append(InfoOf(kind).*field);
   });
 }
+
+static_assert(sizeof(kKinds) / sizeof(kKinds[0]) == kNumDrafterKinds);
 
 }  // namespace
 

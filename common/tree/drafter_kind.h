@@ -12,11 +12,13 @@
 
 namespace treespec {
 
-enum class DrafterKind { kNgram, kDraftModel, kDflash };
+// kReplay is for measurement only (drafter_service/replay_drafter.h): never a default.
+enum class DrafterKind { kNgram, kDraftModel, kDflash, kReplay };
+inline constexpr int kNumDrafterKinds = 4;
 
 struct DrafterKindInfo {
   DrafterKind kind;
-  const char* name;       // in flags and logs: "ngram", "draft_model", "dflash"
+  const char* name;       // in flags and logs: "ngram", "draft_model", "dflash", "replay"
   const char* mode_name;  // its SpeculationMode without the prefix: "NGRAM", ...
   // What a drafter needs to serve it, for the messages that refuse the kind: "" = always served.
   const char* needs;

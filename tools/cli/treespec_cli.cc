@@ -53,7 +53,7 @@ ABSL_FLAG(uint64_t, seed, 0, "sampling seed");
 ABSL_FLAG(std::vector<std::string>, stop, {}, "stop strings (comma-separated)");
 ABSL_FLAG(std::string, stop_ids, "", "stop token ids (comma-separated)");
 ABSL_FLAG(bool, ignore_eos, false, "keep generating past EOS");
-ABSL_FLAG(std::string, mode, "auto", "speculation: auto|off|ngram|draft_model");
+ABSL_FLAG(std::string, mode, "auto", "speculation: auto|off|ngram|draft_model|dflash|replay");
 ABSL_FLAG(int, tree_budget, 0, "drafted nodes per step (0 = server default)");
 ABSL_FLAG(int, max_depth, 0, "deepest drafted node (0 = server default)");
 ABSL_FLAG(bool, add_bos, false, "prepend BOS to a text prompt");
@@ -96,6 +96,7 @@ v1::SpeculationMode ParseMode(const std::string& m, bool* ok) {
   if (m == "ngram") return v1::SPECULATION_MODE_NGRAM;
   if (m == "draft_model") return v1::SPECULATION_MODE_DRAFT_MODEL;
   if (m == "dflash") return v1::SPECULATION_MODE_DFLASH;
+  if (m == "replay") return v1::SPECULATION_MODE_REPLAY;
   *ok = false;
   return v1::SPECULATION_MODE_AUTO;
 }
@@ -377,7 +378,7 @@ int Main(int argc, char** argv) {
   bool mode_ok;
   const v1::SpeculationMode mode = ParseMode(absl::GetFlag(FLAGS_mode), &mode_ok);
   if (!mode_ok) {
-    std::cerr << "error: --mode must be auto, off, ngram, draft_model or dflash\n";
+    std::cerr << "error: --mode must be auto, off, ngram, draft_model, dflash or replay\n";
     return 2;
   }
   if (!absl::GetFlag(FLAGS_prompts_file).empty()) return GenerateMany(verifier, mode);

@@ -121,7 +121,8 @@ void AddRequestBreakdown(const std::vector<std::string>& targets,
 absl::StatusOr<BenchmarkOutcome> RunBenchmark(const RunConfig& c) {
   RETURN_IF_ERROR(ValidateRunConfig(c));
   // Fail on an unwritable output now rather than after the run.
-  for (const std::string* path : {&c.requests_jsonl, &c.result_json, &c.result_csv}) {
+  for (const std::string* path :
+       {&c.requests_jsonl, &c.result_json, &c.result_csv, &c.record_tokens}) {
     if (!path->empty()) RETURN_IF_ERROR(WriteFile(*path, ""));
   }
   std::vector<HttpUrl> metrics_urls;
@@ -225,6 +226,9 @@ absl::StatusOr<BenchmarkOutcome> RunBenchmark(const RunConfig& c) {
 
   if (!c.requests_jsonl.empty()) {
     RETURN_IF_ERROR(WriteFile(c.requests_jsonl, RequestsJsonl(run.requests)));
+  }
+  if (!c.record_tokens.empty()) {
+    RETURN_IF_ERROR(WriteFile(c.record_tokens, TokenRecordsJsonl(prompts, run.requests)));
   }
   if (!c.result_json.empty()) RETURN_IF_ERROR(WriteFile(c.result_json, summary.dump(2) + "\n"));
   if (!c.result_csv.empty()) RETURN_IF_ERROR(WriteFile(c.result_csv, SummaryCsv(summary)));

@@ -119,6 +119,8 @@ class Driver::Call final : public grpc::ClientReadReactor<v1::GenerateResponse> 
       }
       tokens_seen_ += n;
       last_tokens_ = now;
+      record_.output_ids.insert(record_.output_ids.end(), response_.token_ids().begin(),
+                                response_.token_ids().end());
     }
     if (response_.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
       finish_reason_ = v1::FinishReason_Name(response_.finish_reason());

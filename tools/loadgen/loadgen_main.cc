@@ -43,7 +43,8 @@ ABSL_FLAG(int, random_output_len, 128, "random dataset: mean tokens to generate"
 ABSL_FLAG(double, random_range_ratio, 0.0,
           "random dataset: lengths uniform in [len * (1 - r), len * (1 + r)], r in [0, 1)");
 ABSL_FLAG(int, random_vocab_size, 0, "random dataset: token ids from [0, this); 0 = the servers'");
-ABSL_FLAG(std::string, mode, "auto", "speculation mode: auto, off, ngram, draft_model or dflash");
+ABSL_FLAG(std::string, mode, "auto",
+          "speculation mode: auto, off, ngram, draft_model, dflash or replay");
 ABSL_FLAG(int, tree_budget, 0, "drafted nodes per step; 0 = server default");
 ABSL_FLAG(int, max_depth, 0, "deepest drafted node; 0 = server default");
 ABSL_FLAG(double, temperature, 0.0, "sampling temperature; 0 = greedy");
@@ -82,6 +83,9 @@ ABSL_FLAG(std::vector<std::string>, metrics_urls, {},
           "compared with the requests' figures");
 ABSL_FLAG(bool, check_metrics, false, "exit 1 when the counters' deltas differ from the harness's");
 ABSL_FLAG(std::string, requests_jsonl, "", "write one JSON line per request here");
+ABSL_FLAG(std::string, record_tokens, "",
+          "write each completed request's prompt and output token ids here (JSON lines): the "
+          "record treespec-drafter --replay replays; token-id prompts (random dataset) only");
 ABSL_FLAG(std::string, result_json, "", "write the summary JSON here");
 ABSL_FLAG(std::string, result_csv, "", "write the summary as a one-row CSV here");
 ABSL_FLAG(bool, progress, true, "show a progress bar when stderr is a terminal");
@@ -140,6 +144,7 @@ absl::StatusOr<RunConfig> ConfigFromFlags() {
   c.metrics_urls = absl::GetFlag(FLAGS_metrics_urls);
   c.check_metrics = absl::GetFlag(FLAGS_check_metrics);
   c.requests_jsonl = absl::GetFlag(FLAGS_requests_jsonl);
+  c.record_tokens = absl::GetFlag(FLAGS_record_tokens);
   c.result_json = absl::GetFlag(FLAGS_result_json);
   c.result_csv = absl::GetFlag(FLAGS_result_csv);
   c.progress = absl::GetFlag(FLAGS_progress);

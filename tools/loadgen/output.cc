@@ -80,6 +80,18 @@ std::string RequestsJsonl(absl::Span<const RequestResult> results) {
   return out;
 }
 
+std::string TokenRecordsJsonl(absl::Span<const Prompt> prompts,
+                              absl::Span<const RequestResult> results) {
+  std::string out;
+  for (const RequestResult& r : results) {
+    if (!r.record.ok || r.record.cancelled) continue;
+    const nlohmann::json j = {{"prompt_ids", prompts[r.index].token_ids},
+                              {"output_ids", r.record.output_ids}};
+    absl::StrAppend(&out, j.dump(), "\n");
+  }
+  return out;
+}
+
 std::string CsvField(absl::string_view value) {
   if (value.find_first_of(",\"\r\n") == absl::string_view::npos) return std::string(value);
   std::string quoted = "\"";

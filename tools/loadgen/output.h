@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "tools/loadgen/dataset.h"
 #include "tools/loadgen/request_result.h"
 
 namespace treespec::loadgen {
@@ -22,6 +23,11 @@ nlohmann::json RequestJson(const RequestResult& result);
 
 // One line per request, RequestJson each.
 std::string RequestsJsonl(absl::Span<const RequestResult> results);
+
+// {"prompt_ids": [...], "output_ids": [...]} per completed request of `results` (by dataset
+// index into `prompts`), one per line: the replay drafter's record (--record_tokens).
+std::string TokenRecordsJsonl(absl::Span<const Prompt> prompts,
+                              absl::Span<const RequestResult> results);
 
 // A CSV field: quoted (with doubled quotes) when it holds a comma, quote, CR or LF.
 std::string CsvField(absl::string_view value);

@@ -103,6 +103,20 @@ TEST(OutputTest, RequestJsonSaysWhatWasCancelledAndWhere) {
   EXPECT_FALSE(none.contains("cancel_after_tokens") || none.contains("cancel_after_ms"));
 }
 
+// The replay drafter's record: prompt and output ids of each completed request, by its index.
+TEST(OutputTest, TokenRecordsHoldTheCompletedRequestsIds) {
+  const std::vector<Prompt> prompts = {{"", {1, 2}, 4}, {"", {3}, 4}, {"", {5, 6, 7}, 4}};
+  std::vector<RequestResult> results(3);
+  results[0].index = 2;
+  results[0].record.ok = true;
+  results[0].record.output_ids = {8, 9};
+  results[1].index = 0;  // failed: left out
+  results[2].index = 1;
+  results[2].record.ok = true;
+  results[2].record.cancelled = true;  // cancelled: its output is cut short, left out
+  EXPECT_EQ(TokenRecordsJsonl(prompts, results), "{\"output_ids\":[8,9],\"prompt_ids\":[5,6,7]}\n");
+}
+
 TEST(OutputTest, CsvFieldsAreQuotedOnlyWhenNeeded) {
   EXPECT_EQ(CsvField("plain"), "plain");
   EXPECT_EQ(CsvField("a,b"), "\"a,b\"");

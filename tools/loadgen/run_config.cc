@@ -87,8 +87,9 @@ absl::StatusOr<v1::SpeculationMode> ParseSpeculationMode(absl::string_view name)
       !absl::c_all_of(name, [](char c) { return absl::ascii_islower(c) || c == '_'; }) ||
       !v1::SpeculationMode_Parse(absl::StrCat("SPECULATION_MODE_", absl::AsciiStrToUpper(name)),
                                  &mode)) {
-    return Invalid("mode",
-                   absl::StrCat("'", name, "': expected auto, off, ngram, draft_model or dflash"));
+    return Invalid(
+        "mode",
+        absl::StrCat("'", name, "': expected auto, off, ngram, draft_model, dflash or replay"));
   }
   return mode;
 }
@@ -158,6 +159,11 @@ absl::Status ValidateRunConfig(const RunConfig& c) {
       break;
     case DatasetKind::kJsonl:
       if (c.dataset_path.empty()) return Invalid("dataset_path", "required for a JSONL dataset");
+      if (!c.record_tokens.empty()) {
+        return Invalid("record_tokens",
+                       "records token-id prompts only: use --dataset_name=random (a JSONL "
+                       "dataset's text is tokenized by the server)");
+      }
       if (c.jsonl_output_len < 1) {
         return Invalid("jsonl_output_len", absl::StrCat(c.jsonl_output_len, ": must be >= 1"));
       }

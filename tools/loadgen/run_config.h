@@ -72,6 +72,10 @@ struct RunConfig {
   std::vector<std::string> metrics_urls;  // the verifiers' /metrics, for the cross-check
   bool check_metrics = false;             // exit non-zero when the cross-check fails
   std::string requests_jsonl, result_json, result_csv;
+  // Each completed request's prompt and output token ids, one JSON line each: the record the
+  // replay drafter replays (treespec-drafter --replay). Token-id prompts (the random dataset)
+  // only.
+  std::string record_tokens;
   bool progress = true;  // a progress bar when stderr is a terminal
 };
 
@@ -82,7 +86,7 @@ absl::StatusOr<Slo> ParseGoodput(absl::string_view spec);
 // "99" or "50,90,99.9": each in [0, 100]. InvalidArgument naming the bad item.
 absl::StatusOr<std::vector<double>> ParsePercentiles(absl::string_view spec);
 
-// auto, off, ngram, draft_model or dflash.
+// auto, off, ngram, draft_model, dflash or replay.
 absl::StatusOr<v1::SpeculationMode> ParseSpeculationMode(absl::string_view name);
 
 // random, jsonl, or "" (jsonl when `dataset_path` is set, else random).

@@ -63,7 +63,7 @@ TEST(ParseModeTest, NamesEveryMode) {
   EXPECT_EQ(*ParseSpeculationMode("dflash"), v1::SPECULATION_MODE_DFLASH);
   for (const char* bad : {"", "AUTO", "tree", "speculation_mode_off"}) {
     EXPECT_THAT(ParseSpeculationMode(bad).status().message(),
-                HasSubstr("expected auto, off, ngram, draft_model or dflash"))
+                HasSubstr("expected auto, off, ngram, draft_model, dflash or replay"))
         << bad;
   }
 }
@@ -119,6 +119,12 @@ TEST(ValidateRunConfigTest, AcceptsTheDefaultsAndNamesEachBadFlag) {
          c.jsonl_output_len = 0;
        },
        "--jsonl_output_len: 0"},
+      {[](RunConfig& c) {
+         c.dataset = DatasetKind::kJsonl;
+         c.dataset_path = "p.jsonl";
+         c.record_tokens = "r.jsonl";
+       },
+       "--record_tokens: records token-id prompts only"},
       {[](RunConfig& c) { c.request.tree_budget = -1; }, "--tree_budget"},
       {[](RunConfig& c) { c.request.max_depth = -1; }, "--max_depth"},
       {[](RunConfig& c) { c.request.temperature = -0.5; }, "--temperature: -0.5"},

@@ -40,6 +40,7 @@ struct RequestRecord {
   int64_t draft_tokens = 0;
   int64_t accepted_tokens = 0;
   std::vector<int64_t> accepted_per_depth;  // [depth 1, 2, ...]
+  std::vector<int32_t> output_ids;          // the tokens received, in order
 };
 
 // Service-level objectives for goodput; unset ones are not checked.
