@@ -5,9 +5,10 @@
 #
 #   tools/bench_all.sh OUT_DIR gpu [BENCH...]  # on a GPU machine; BENCH of: ceilings
 #                                              # verify_step verify_step_ddtree attention gemm
-#                                              # e2e drafter_gpu tau_sweep_gpu
+#                                              # e2e drafter_gpu tau_sweep_gpu sweep_gpu
+#                                              # sweep_replay_gpu
 #   tools/bench_all.sh OUT_DIR cpu [BENCH...]  # on any machine; BENCH of: forward drafter_cpu
-#                                              # feature_wire tau_sweep
+#                                              # feature_wire tau_sweep sweep_cpu
 #
 # Environment: BIN (default build/bin), RUN (a command prefix for the binaries: ".gpu/run" for
 # a gpu-bundle), COMMIT (the commit measured, when the tree has no .git, e.g. a bundle's copy),
@@ -25,8 +26,8 @@ mkdir -p "$out"
 
 case $set_name in
   gpu) default_benches=(ceilings verify_step verify_step_ddtree attention gemm e2e drafter_gpu
-         tau_sweep_gpu) ;;
-  cpu) default_benches=(forward drafter_cpu feature_wire tau_sweep) ;;
+         tau_sweep_gpu sweep_gpu sweep_replay_gpu) ;;
+  cpu) default_benches=(forward drafter_cpu feature_wire tau_sweep sweep_cpu) ;;
   *) echo "bench_all: the set is gpu or cpu, not '$set_name'" >&2; exit 2 ;;
 esac
 benches=("$@")
@@ -52,6 +53,15 @@ declare -A commands=(
   [feature_wire]="$bin/treespec-feature-wire-bench --json=$out/feature_wire.json"
   [tau_sweep]="bench/tau_sweep.sh ${TAU_DIR:-/tmp/treespec-tau}"
   [tau_sweep_gpu]="bench/tau_sweep.sh ${TAU_GPU_DIR:-/tmp/treespec-tau-gpu}"
+  [sweep_gpu]="env DEVICE=cuda:0 PROMPTS_PER_CLIENT=4 MIN_PROMPTS=16 bench/concurrency_sweep.sh /tmp/treespec-sweep-gpu"
+  [sweep_replay_gpu]="env DEVICE=cuda:0 MODE=replay TARGET=models/llama3-8b-shape RANDOM_WEIGHTS=1 CONCURRENCY='1 4 16 64' PROMPTS_PER_CLIENT=4 MIN_PROMPTS=16 MAX_NEW=128 REPLAY_RATES=0.22 START_TIMEOUT_S=240 VERIFIER_FLAGS='--context_length=1024 --kv_pages=8192' bench/concurrency_sweep.sh /tmp/treespec-sweep-replay"
+  [sweep_cpu]="bench/concurrency_sweep.sh /tmp/treespec-sweep-cpu"
+)
+# Where a sweep leaves the JSON that is copied to OUT_DIR/<bench>.json.
+declare -A sweep_json=(
+  [sweep_gpu]=/tmp/treespec-sweep-gpu/sweep.json
+  [sweep_replay_gpu]=/tmp/treespec-sweep-replay/replay_0.22/sweep.json
+  [sweep_cpu]=/tmp/treespec-sweep-cpu/sweep.json
 )
 
 failed=0
@@ -72,6 +82,10 @@ for b in "${benches[@]}"; do
   elif [ "$b" = tau_sweep_gpu ]; then
     DEVICE=cuda:0 BIN=$bin RUN=$run $cmd || { echo "bench_all: $b failed" >&2; failed=1; continue; }
     cp "${TAU_GPU_DIR:-/tmp/treespec-tau-gpu}/tau_sweep.json" "$out/tau_sweep_gpu.json"
+  elif [ -n "${sweep_json[$b]:-}" ]; then
+    # eval: the command's quoted environment values ('1 4 16 64') stay one word each.
+    BIN=$bin RUN=$run eval "$cmd" || { echo "bench_all: $b failed" >&2; failed=1; continue; }
+    cp "${sweep_json[$b]}" "$out/$b.json"
   else
     $run $cmd || { echo "bench_all: $b failed" >&2; failed=1; continue; }
   fi

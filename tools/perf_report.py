@@ -14,10 +14,14 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import plot_sweep  # noqa: E402  (tools/plot_sweep.py: the sweeps' SVGs)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "docs", "bench")
 PERF = os.path.join(ROOT, "docs", "performance.md")
 README = os.path.join(ROOT, "README.md")
+IMG = os.path.join(ROOT, "docs", "img")
 BEGIN, END = "<!-- current-figures:begin -->", "<!-- current-figures:end -->"
 
 
@@ -59,6 +63,7 @@ class Report:
         self.gpu = load("meta-gpu.json")
         self.cpu = load("meta-cpu.json")
         self.lines = []
+        self.images = {}  # docs/img/ file name -> SVG text
         self.figures = []  # README rows: metric, value, vs, machine, date, commit, command
 
     @staticmethod
@@ -273,6 +278,58 @@ class Report:
             ["target (layers x hidden)", "batch", "KiB / token", "KiB / step", "MB/s at 50 steps/s",
              "commit ms", "round trip ms"], rows)
 
+    def concurrency_sweep(self, name, meta, title, intro):
+        """A concurrency sweep (bench/concurrency_sweep.sh): tokens/s per setting and
+        concurrency, auto against the best other setting, and the plot (docs/img/NAME.svg)."""
+        doc = load(f"{name}.json")
+        if doc is None or not self.has(meta, name):
+            return
+        self.images[f"{name}.svg"] = plot_sweep.plot(doc)
+        others = [s for s in doc["settings"] if s != "auto"]
+        names = {"off": "off", "auto": "auto"}
+        header = ["clients"] + [names.get(s, f"budget {s}") + " tok/s" for s in doc["settings"]]
+        header += ["auto / best other", "auto τ"]
+        rows = []
+        for c in doc["concurrency"]:
+            p = {s: doc["points"][f"{s}_c{c}"] for s in doc["settings"]}
+            row = [c] + [f"{p[s]['tokens_per_s']:,.0f}" for s in doc["settings"]]
+            if "auto" in p:
+                best = max(p[s]["tokens_per_s"] for s in others)
+                tau = p["auto"].get("acceptance_length")
+                row += [f"{p['auto']['tokens_per_s'] / best:.2f}×",
+                        "–" if tau is None else f"{tau:.2f}"]
+            rows.append(row)
+        self.section(title, intro + f" ![plot](img/{name}.svg)", meta, name, None, header, rows)
+
+    def sweeps(self):
+        bar = ("Bar (issue 34): auto ≥ 0.97× the best other setting at every concurrency, ≥ the "
+               "best fixed budget at one client. auto τ = tokens per verify step with a tree.")
+        self.concurrency_sweep(
+            "sweep_replay_gpu", self.gpu,
+            "Speculation by load: a Llama-3-8B-shaped target with a replayed drafter, one GPU",
+            "Closed-loop clients through the services (treespec-loadgen), 128-token random "
+            "prompts, 128 new tokens each; models/llama3-8b-shape with `--random_weights` "
+            "(decisive random weights made on the GPU), the replay drafter proposing the "
+            "target's recorded output with 22 % of tokens replaced (chains, depth 16: τ ≈ 4). "
+            "Both services share the GPU. " + bar)
+        doc = load("sweep_replay_gpu.json")
+        if doc is not None and self.has(self.gpu, "sweep_replay_gpu"):
+            p = doc["points"]
+            self.figure(self.gpu, "sweep_replay_gpu", "Speculation (auto), 8B shape, τ ≈ 4, "
+                        "one client", f"{p['auto_c1']['tokens_per_s']:,.0f} tok/s",
+                        f"{p['auto_c1']['tokens_per_s'] / p['off_c1']['tokens_per_s']:.2f}× "
+                        f"speculation off (bar ≥ 2.5×)")
+        self.concurrency_sweep(
+            "sweep_gpu", self.gpu, "Speculation by load: the tiny pair, one GPU",
+            "Closed-loop clients through the services, the held-out prompts, 64 new tokens "
+            "each; models/tiny-target verified, models/tiny-draft drafting (DDTree) on the same "
+            "GPU. A verify step of the tiny target (~0.2 ms) is shorter than a drafter round "
+            "trip, so plain decoding is the best setting at every load. " + bar)
+        self.concurrency_sweep(
+            "sweep_cpu", self.cpu, "Speculation by load: the tiny pair, CPU (the embedded default)",
+            "As above with both services on the CPU (`--device=cpu`, the same two cores as the "
+            "client), where a tree costs in proportion to its size. " + bar)
+
     def tau_sweep(self, name, meta, where):
         doc = load(f"{name}.json")
         if doc is None or not self.has(meta, name):
@@ -329,6 +386,7 @@ class Report:
                          "kernel.", figures=False)
         self.attention()
         self.e2e()
+        self.sweeps()
         self.drafter("drafter_gpu", self.gpu, "Drafter on the GPU: the tiny draft model")
         self.gemm()
         self.forward_cpu()
@@ -358,7 +416,10 @@ def main():
     _, tail = rest.split(END, 1)
     new_readme = f"{head}{BEGIN}\n{report.readme_table()}\n{END}{tail}"
     stale = []
-    for path, text in ((PERF, perf), (README, new_readme)):
+    outputs = [(PERF, perf), (README, new_readme)]
+    outputs += [(os.path.join(IMG, name), svg) for name, svg in sorted(report.images.items())]
+    os.makedirs(IMG, exist_ok=True)
+    for path, text in outputs:
         old = open(path).read() if os.path.exists(path) else ""
         if old != text:
             stale.append(os.path.relpath(path, ROOT))

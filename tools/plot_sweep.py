@@ -24,6 +24,17 @@ def nice_max(v):
     return 10 * base
 
 
+def what(sweep):
+    """The title's description: target, drafter kind (and replace rate), device."""
+    parts = []
+    if "target" in sweep:
+        parts.append(sweep["target"].rstrip("/").split("/")[-1])
+    mode = sweep.get("mode", "")
+    if "replay_replace_rate" in sweep:
+        mode += f" (replace rate {sweep['replay_replace_rate']:g})"
+    return parts + [mode, sweep.get("device", "")]
+
+
 def plot(sweep):
     conc = sweep["concurrency"]
     settings = sweep["settings"]
@@ -42,7 +53,7 @@ def plot(sweep):
              f'font-family="sans-serif" font-size="12">',
              f'<rect width="{W}" height="{H}" fill="white"/>',
              f'<text x="{W / 2}" y="18" text-anchor="middle">output tokens/s vs concurrency '
-             f'({sweep.get("mode", "")}, {sweep.get("device", "")})</text>']
+             f'({", ".join(what(sweep))})</text>']
     for i in range(6):  # horizontal grid and y labels
         v = ymax * i / 5
         parts.append(f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{y(v):.1f}" y2="{y(v):.1f}" '
