@@ -47,7 +47,8 @@ struct Engine::Active {
   // the same cores) nothing.
   DraftContext deferred;
   bool selected = false;
-  int offered_nodes = 0;  // drafted nodes of the tree the selection ran on
+  int offered_nodes = 0;         // drafted nodes of the tree the selection ran on
+  double expected_accepted = 0;  // of the kept nodes, by their calibrated chances
   std::vector<int> kept_depths;
   std::vector<double> kept_probs;
   SpecStats stats;
@@ -75,6 +76,21 @@ int NextTreeBudget(int asked, int offered, int kept, int cap) {
 }
 
 }  // namespace
+
+void SelectionCounts::Add(const SelectionCounts& o) {
+  drafted_nodes += o.drafted_nodes;
+  verified_nodes += o.verified_nodes;
+  expected_accepted += o.expected_accepted;
+  accepted += o.accepted;
+  auto_tree_steps += o.auto_tree_steps;
+  auto_plain_steps += o.auto_plain_steps;
+}
+
+SelectionCounts StepCostStats::Total() const {
+  SelectionCounts total;
+  for (const SelectionCounts& c : by_kind) total.Add(c);
+  return total;
+}
 
 absl::Status ValidateEngineOptions(const EngineOptions& o) {
   auto bad = [](const std::string& what) { return absl::InvalidArgumentError(what); };
@@ -565,11 +581,7 @@ void Engine::Step(const std::vector<Active*>& members) {
                           absl::ToDoubleMilliseconds(forward_end - forward_start), forward_end};
   const bool verify_only =
       std::all_of(members.begin(), members.end(), [](const Active* a) { return a->prefilled; });
-  if (step_cost_.has_value() && verify_only) {
-    int accepted = 0;
-    for (const StepResult& r : *results) accepted += static_cast<int>(r.path.size()) - 1;
-    ObserveStepCost(batch, timing.forward_ms, accepted);
-  }
+  if (step_cost_.has_value() && verify_only) ObserveStepCost(batch, timing.forward_ms);
   if (!verify_only && step_cost_.has_value()) {
     // What the prompts added to the step: the gate leaves it out of every interval it falls
     // in (a prefill's cost does not depend on whether anyone speculates).
@@ -595,7 +607,7 @@ StepShape Engine::ShapeOf(const std::vector<SeqTree>& batch) {
   return {static_cast<int>(batch.size()), drafted / n, context / n};
 }
 
-void Engine::ObserveStepCost(const std::vector<SeqTree>& batch, double forward_ms, int accepted) {
+void Engine::ObserveStepCost(const std::vector<SeqTree>& batch, double forward_ms) {
   const StepShape shape = ShapeOf(batch);
   const double predicted = step_cost_->PredictMs(shape);
   step_cost_->Observe(shape, forward_ms);
@@ -604,10 +616,6 @@ void Engine::ObserveStepCost(const std::vector<SeqTree>& batch, double forward_m
   const size_t bucket = std::lower_bound(bounds.begin(), bounds.end(), ratio) - bounds.begin();
   std::lock_guard<std::mutex> lock(mu_);
   ++step_cost_stats_.steps;
-  step_cost_stats_.drafted_nodes += last_selection_.drafted;
-  step_cost_stats_.verified_nodes += last_selection_.kept;
-  step_cost_stats_.expected_accepted += last_selection_.expected_accepted;
-  step_cost_stats_.accepted += accepted;
   step_cost_stats_.predicted_ms += predicted;
   step_cost_stats_.measured_ms += forward_ms;
   step_cost_stats_.ratio_sum += ratio;
@@ -624,7 +632,6 @@ std::vector<SeqTree> Engine::BuildBatch(const std::vector<Active*>& members) {
       verify_only = false;
     }
   }
-  last_selection_ = {};
   if (step_cost_.has_value() && verify_only) SelectTrees(members, drafts);
   std::vector<SeqTree> batch;
   batch.reserve(members.size());
@@ -658,23 +665,24 @@ void Engine::SelectTrees(const std::vector<Active*>& members, std::vector<Drafte
     const Active& a = *members[i];
     candidates[i] = {&drafts[i], a.committed_len, a.request.spec.tree_budget,
                      a.request.spec_mode.kind()};
-    last_selection_.drafted += static_cast<int64_t>(drafts[i].tokens.size());
   }
   const TreeSelection chosen = SelectNodes(candidates, *step_cost_, calibration_);
-  last_selection_.expected_accepted = chosen.expected_tokens - static_cast<double>(members.size());
+  int drafted = 0, kept = 0;
   for (size_t i = 0; i < members.size(); ++i) {
     Active& a = *members[i];
+    drafted += static_cast<int>(drafts[i].tokens.size());
+    kept += static_cast<int>(chosen.keep[i].size());
     if (a.draft == nullptr) continue;
     a.selected = true;
     a.offered_nodes = static_cast<int>(drafts[i].tokens.size());
+    a.expected_accepted = chosen.expected[i];
     a.kept_depths = chosen.kept_depths[i];
     a.kept_probs = chosen.kept_probs[i];
-    last_selection_.kept += static_cast<int64_t>(chosen.keep[i].size());
     drafts[i] = KeepNodes(drafts[i], chosen.keep[i]);
   }
   TS_LOG(kDebug, "selection: %d requests, %d of %d drafted nodes kept, %.2f tokens in %.3f ms",
-         static_cast<int>(members.size()), static_cast<int>(last_selection_.kept),
-         static_cast<int>(last_selection_.drafted), chosen.expected_tokens, chosen.predicted_ms);
+         static_cast<int>(members.size()), kept, drafted, chosen.expected_tokens,
+         chosen.predicted_ms);
 }
 
 DraftedTree Engine::TakeDraft(Active& a) {
@@ -767,6 +775,14 @@ void Engine::ApplyResult(Active& a, const SeqTree& t, StepResult result, const S
     if (a.selected) {
       calibration_.Observe(a.request.spec_mode.kind(), a.kept_depths, a.kept_probs, accepted);
       a.selected = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        SelectionCounts& counts = step_cost_stats_.Of(a.request.spec_mode.kind());
+        counts.drafted_nodes += a.offered_nodes;
+        counts.verified_nodes += static_cast<int64_t>(a.kept_depths.size());
+        counts.expected_accepted += a.expected_accepted;
+        counts.accepted += accepted;
+      }
       if (a.request.auto_tree_budget) {
         a.ask_budget =
             NextTreeBudget(a.ask_budget, a.offered_nodes, static_cast<int>(a.kept_depths.size()),
@@ -804,7 +820,8 @@ void Engine::CommitToDrafter(Active& a, std::vector<int32_t> emitted, TargetFeat
         !options_.speculation_gate || gate_.WantsTree(a.request.spec_mode.kind(), a.gate_running);
     budget = a.tree_asked ? a.ask_budget : DraftStream::kNoTree;
     std::lock_guard<std::mutex> lock(mu_);
-    ++(a.tree_asked ? step_cost_stats_.auto_tree_steps : step_cost_stats_.auto_plain_steps);
+    SelectionCounts& counts = step_cost_stats_.Of(a.request.spec_mode.kind());
+    ++(a.tree_asked ? counts.auto_tree_steps : counts.auto_plain_steps);
   }
   // Commits concatenate (each carries the rows of its tokens but the last, draft_context.h).
   if (a.deferred.tokens.empty()) {

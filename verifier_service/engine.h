@@ -71,12 +71,9 @@ class RequestSink {
 
 // How the step-cost model's predictions compared with the verify steps' measured forward
 // times (steps with a prefill are not verify steps and are left out).
-struct StepCostStats {
-  // Upper bounds of the measured / predicted buckets (a Prometheus histogram's "le").
-  static constexpr std::array<double, 10> kRatioBounds{0.5,  0.8, 0.9,  0.95, 1.0,
-                                                       1.05, 1.1, 1.25, 2.0,  4.0};
-  int64_t steps = 0;
-  int64_t drafted_nodes = 0;     // in the trees that arrived for these steps
+// What the tree selection and the speculation gate did for one drafter kind's requests.
+struct SelectionCounts {
+  int64_t drafted_nodes = 0;     // in the trees that arrived for verify steps
   int64_t verified_nodes = 0;    // of them, the ones the selection kept
   double expected_accepted = 0;  // drafted tokens the selection expected to be accepted
   int64_t accepted = 0;          // drafted tokens accepted
@@ -84,6 +81,24 @@ struct StepCostStats {
   // that asked for none (SpeculationGate).
   int64_t auto_tree_steps = 0;
   int64_t auto_plain_steps = 0;
+
+  void Add(const SelectionCounts& other);
+};
+
+struct StepCostStats {
+  // Upper bounds of the measured / predicted buckets (a Prometheus histogram's "le").
+  static constexpr std::array<double, 10> kRatioBounds{0.5,  0.8, 0.9,  0.95, 1.0,
+                                                       1.05, 1.1, 1.25, 2.0,  4.0};
+  int64_t steps = 0;
+  // Per drafter kind (DrafterKind's order), then AUTO sessions (whose kind the verifier does
+  // not know).
+  std::array<SelectionCounts, kNumDrafterKinds + 1> by_kind{};
+  SelectionCounts Total() const;
+  SelectionCounts& Of(DraftSourceKind kind) { return by_kind[IndexOf(kind)]; }
+  const SelectionCounts& Of(DraftSourceKind kind) const { return by_kind[IndexOf(kind)]; }
+  static size_t IndexOf(DraftSourceKind kind) {
+    return kind.has_value() ? static_cast<size_t>(*kind) : kNumDrafterKinds;
+  }
   double predicted_ms = 0;  // summed over the steps
   double measured_ms = 0;
   double ratio_sum = 0;                                     // of measured / predicted
@@ -175,9 +190,9 @@ class Engine {
   void SelectTrees(const std::vector<Active*>& members, std::vector<DraftedTree>& drafts);
   // The step-cost model's shape of a step over `batch` (all verify trees).
   static StepShape ShapeOf(const std::vector<SeqTree>& batch);
-  // A verify step of `batch` took `forward_ms` and accepted `accepted` drafted tokens: the cost
-  // model's prediction is scored and the model refreshed. Not for steps with a prefill.
-  void ObserveStepCost(const std::vector<SeqTree>& batch, double forward_ms, int accepted);
+  // A verify step of `batch` took `forward_ms`: the cost model's prediction is scored and the
+  // model refreshed. Not for steps with a prefill.
+  void ObserveStepCost(const std::vector<SeqTree>& batch, double forward_ms);
   // Commits the accepted path, streams the emitted tokens, finishes or commits to the drafter.
   void ApplyResult(Active& active, const SeqTree& tree, StepResult result,
                    const StepTiming& timing);
@@ -215,12 +230,6 @@ class Engine {
   SpeculationGate gate_;                          // engine thread only
   // Forward time that prompts added to the steps they were prefilled in, summed (engine thread).
   double prefill_excess_ms_ = 0;
-  // The last step's selection (engine thread only): drafted nodes offered and kept, and the
-  // accepted tokens expected of them.
-  struct {
-    int64_t drafted = 0, kept = 0;
-    double expected_accepted = 0;
-  } last_selection_;
   StepCostStats step_cost_stats_;  // guarded by mu_
   int pages_promised_ = 0;         // worst-case pages of running requests (engine thread)
   std::thread thread_;

@@ -244,7 +244,8 @@ TEST_F(EngineTest, AStepCostModelChoosesWhichDraftedNodesAreVerified) {
   const std::vector<int32_t> plain = Plain(r);
   struct Run {
     GenerationUpdate out;
-    StepCostStats stats;
+    SelectionCounts stats;  // the draft model's: every count is that kind's
+    int64_t steps = 0;
   };
   auto run = [&](double per_node, int tree_budget) {
     EngineOptions options;
@@ -255,7 +256,11 @@ TEST_F(EngineTest, AStepCostModelChoosesWhichDraftedNodesAreVerified) {
     GenerationRequest request = r;
     request.spec.tree_budget = tree_budget;
     Run result{RunToEnd(engine, request), {}};
-    result.stats = engine.Snapshot().step_cost.value();
+    StepCostStats stats = engine.Snapshot().step_cost.value();
+    result.stats = stats.Of(DrafterKind::kDraftModel);
+    result.steps = stats.steps;
+    EXPECT_EQ(stats.Total().drafted_nodes, result.stats.drafted_nodes);
+    EXPECT_EQ(stats.Total().accepted, result.stats.accepted);
     return result;
   };
 
@@ -263,7 +268,7 @@ TEST_F(EngineTest, AStepCostModelChoosesWhichDraftedNodesAreVerified) {
   ASSERT_TRUE(cheap.out.status.ok()) << cheap.out.status;
   EXPECT_THAT(cheap.out.token_ids, ElementsAreArray(plain));
   EXPECT_EQ(cheap.stats.verified_nodes, cheap.stats.drafted_nodes) << "every node pays";
-  EXPECT_GT(cheap.stats.drafted_nodes, 30 * cheap.stats.steps)
+  EXPECT_GT(cheap.stats.drafted_nodes, 30 * cheap.steps)
       << "an auto budget grows from the default 16 to the largest served, 40";
   EXPECT_GT(cheap.stats.accepted, 0);
   EXPECT_GT(cheap.stats.expected_accepted, 0);
@@ -271,7 +276,7 @@ TEST_F(EngineTest, AStepCostModelChoosesWhichDraftedNodesAreVerified) {
   const Run capped = run(0, 8);
   ASSERT_TRUE(capped.out.status.ok()) << capped.out.status;
   EXPECT_THAT(capped.out.token_ids, ElementsAreArray(plain));
-  EXPECT_LE(capped.stats.drafted_nodes, 8 * capped.stats.steps) << "a budget set is a cap";
+  EXPECT_LE(capped.stats.drafted_nodes, 8 * capped.steps) << "a budget set is a cap";
 
   const Run saturated = run(10, 0);
   ASSERT_TRUE(saturated.out.status.ok()) << saturated.out.status;
@@ -279,30 +284,31 @@ TEST_F(EngineTest, AStepCostModelChoosesWhichDraftedNodesAreVerified) {
   EXPECT_EQ(saturated.stats.verified_nodes, 0) << "no node is worth a step";
   EXPECT_EQ(saturated.stats.accepted, 0);
   EXPECT_DOUBLE_EQ(saturated.out.stats.MeanAcceptanceLength(), 1.0);
-  EXPECT_LE(saturated.stats.drafted_nodes, 16 + 2 * saturated.stats.steps)
+  EXPECT_LE(saturated.stats.drafted_nodes, 16 + 2 * saturated.steps)
       << "after the first tree the drafter is asked for two nodes";
 }
 
 // The speculation gate scores each choice by what it delivers in time. A drafter whose trees
-// take 50 ms to arrive (at most 3 tokens each) loses to plain steps: after its trial steps an
-// auto request asks for no tree. Trees that are instant and always accepted (the replay
-// drafter on the target's own output) win: the request keeps asking for them. Both outputs are
-// plain decoding's.
+// take 100 ms to arrive (at most 3 tokens each) loses to plain steps by far: after its trial
+// steps an auto request asks for no tree. Instant trees that are always accepted (the replay
+// drafter on the target's own output) are tried, verified and accepted whole. Both outputs are
+// plain decoding's. (Which arm wins a close race depends on wall time, which a loaded machine
+// disturbs: speculation_gate_test covers that with a simulated clock.)
 TEST_F(EngineTest, TheSpeculationGateAsksForTreesOnlyWhereTheyPay) {
   GenerationRequest r = Request(Prompt(6), SpecMode::Of(DrafterKind::kNgram), 200);
   r.spec.max_depth = 2;
   const std::vector<int32_t> plain = Plain(r);
   EngineOptions options;
   options.step_cost = LinearStepCost(0);
-  options.draft_timeout = absl::Seconds(1);
+  options.draft_timeout = absl::Seconds(2);
   {
     NgramDrafterFactory ngram{NgramOptions()};
-    DelayedDraftSource slow(&ngram, [](int64_t) { return absl::Milliseconds(50); });
+    DelayedDraftSource slow(&ngram, [](int64_t) { return absl::Milliseconds(100); });
     Engine engine(target_.get(), nullptr, &slow, options);
     const GenerationUpdate out = RunToEnd(engine, r);
     ASSERT_TRUE(out.status.ok()) << out.status;
     EXPECT_THAT(out.token_ids, ElementsAreArray(plain));
-    const StepCostStats stats = engine.Snapshot().step_cost.value();
+    const SelectionCounts stats = engine.Snapshot().step_cost->Of(DrafterKind::kNgram);
     EXPECT_LE(stats.auto_tree_steps, SpeculationGate::kMinSamples + 1);
     EXPECT_GT(stats.auto_plain_steps, 8 * stats.auto_tree_steps);
   }
@@ -320,9 +326,10 @@ TEST_F(EngineTest, TheSpeculationGateAsksForTreesOnlyWhereTheyPay) {
     const GenerationUpdate out = RunToEnd(engine, chains);
     ASSERT_TRUE(out.status.ok()) << out.status;
     EXPECT_THAT(out.token_ids, ElementsAreArray(plain));
-    const StepCostStats stats = engine.Snapshot().step_cost.value();
-    EXPECT_GT(stats.auto_tree_steps, 2 * stats.auto_plain_steps);
-    EXPECT_GT(out.stats.MeanAcceptanceLength(), 4.0);
+    const SelectionCounts stats = engine.Snapshot().step_cost->Of(DrafterKind::kReplay);
+    EXPECT_GE(stats.auto_tree_steps, SpeculationGate::kMinSamples);
+    EXPECT_EQ(stats.accepted, stats.verified_nodes) << "the target's own output, whole";
+    EXPECT_GT(stats.accepted, 0);
   }
 }
 

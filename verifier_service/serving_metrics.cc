@@ -124,25 +124,36 @@ void AddStepCostFamilies(const StepCostStats& s, std::vector<prometheus::MetricF
   out.push_back(CounterFamily("treespec_step_cost_measured_seconds_total",
                               "Verify step forward time measured, for the same steps",
                               s.measured_ms / 1e3));
+  // One series per drafter kind that has counted anything ("auto": sessions of mode AUTO).
+  auto by_kind = [&s](auto field) {
+    std::vector<std::pair<std::string, double>> series;
+    for (size_t k = 0; k < s.by_kind.size(); ++k) {
+      const SelectionCounts& c = s.by_kind[k];
+      if (c.drafted_nodes == 0 && c.auto_tree_steps == 0 && c.auto_plain_steps == 0) continue;
+      series.emplace_back(k < AllDrafterKinds().size() ? AllDrafterKinds()[k].name : "auto",
+                          static_cast<double>(c.*field));
+    }
+    return series;
+  };
   out.push_back(CounterFamily("treespec_selection_drafted_nodes_total",
-                              "Drafted nodes that arrived for verify steps",
-                              static_cast<double>(s.drafted_nodes)));
+                              "Drafted nodes that arrived for verify steps", "kind",
+                              by_kind(&SelectionCounts::drafted_nodes)));
   out.push_back(CounterFamily("treespec_selection_verified_nodes_total",
-                              "Drafted nodes the tree selection kept for verification",
-                              static_cast<double>(s.verified_nodes)));
+                              "Drafted nodes the tree selection kept for verification", "kind",
+                              by_kind(&SelectionCounts::verified_nodes)));
   out.push_back(CounterFamily("treespec_selection_expected_accepted_tokens_total",
-                              "Drafted tokens the tree selection expected to be accepted",
-                              s.expected_accepted));
+                              "Drafted tokens the tree selection expected to be accepted", "kind",
+                              by_kind(&SelectionCounts::expected_accepted)));
   out.push_back(CounterFamily("treespec_selection_accepted_tokens_total",
-                              "Drafted tokens accepted in the same steps",
-                              static_cast<double>(s.accepted)));
+                              "Drafted tokens accepted in the same steps", "kind",
+                              by_kind(&SelectionCounts::accepted)));
   out.push_back(CounterFamily("treespec_auto_tree_steps_total",
                               "Steps of auto-budget requests that asked their drafter for a tree",
-                              static_cast<double>(s.auto_tree_steps)));
+                              "kind", by_kind(&SelectionCounts::auto_tree_steps)));
   out.push_back(CounterFamily("treespec_auto_plain_steps_total",
                               "Steps of auto-budget requests that asked for no tree (waiting for "
                               "one did not pay)",
-                              static_cast<double>(s.auto_plain_steps)));
+                              "kind", by_kind(&SelectionCounts::auto_plain_steps)));
 }
 
 }  // namespace

@@ -8,8 +8,10 @@
 //     treespec_step_cost_ratio (histogram of measured / predicted forward time per verify
 //       step: its median is the model's bias), treespec_step_cost_predicted_seconds_total and
 //       treespec_step_cost_measured_seconds_total (the same steps' times summed),
-//     treespec_selection_drafted_nodes_total, treespec_selection_verified_nodes_total (drafted
-//       nodes that arrived, and those the tree selection verified),
+//     by drafter kind (label kind: ngram, draft_model, dflash, replay, or auto for sessions of
+//     mode AUTO): treespec_selection_drafted_nodes_total,
+//       treespec_selection_verified_nodes_total (drafted nodes that arrived, and those the tree
+//       selection verified),
 //       treespec_selection_expected_accepted_tokens_total and
 //       treespec_selection_accepted_tokens_total (what it expected them to accept, and did),
 //     treespec_auto_tree_steps_total and treespec_auto_plain_steps_total (auto-budget

@@ -20,12 +20,15 @@ TEST(ServingMetricsTest, ExportsTheStepCostModelsScoreOnlyWithAModel) {
   stats.ratio_sum = 5.5;
   stats.ratio_counts[4] = 1;  // <= 1.0
   stats.ratio_counts[6] = 3;  // <= 1.1
-  stats.drafted_nodes = 80;
-  stats.verified_nodes = 30;
-  stats.expected_accepted = 7.5;
-  stats.accepted = 9;
-  stats.auto_tree_steps = 12;
-  stats.auto_plain_steps = 340;
+  SelectionCounts& draft_model = stats.Of(DrafterKind::kDraftModel);
+  draft_model.drafted_nodes = 80;
+  draft_model.verified_nodes = 30;
+  draft_model.expected_accepted = 7.5;
+  draft_model.accepted = 9;
+  draft_model.auto_tree_steps = 12;
+  draft_model.auto_plain_steps = 340;
+  stats.Of(std::nullopt).drafted_nodes = 5;  // AUTO sessions
+  stats.Of(std::nullopt).auto_plain_steps = 7;
   snapshot.step_cost = stats;  // one step above 4: only in +Inf
   const std::string text = metrics.Scrape();
   EXPECT_THAT(text, HasSubstr("treespec_step_cost_ratio_bucket{le=\"0.95\"} 0"));
@@ -36,12 +39,17 @@ TEST(ServingMetricsTest, ExportsTheStepCostModelsScoreOnlyWithAModel) {
   EXPECT_THAT(text, HasSubstr("treespec_step_cost_ratio_sum 5.5"));
   EXPECT_THAT(text, HasSubstr("treespec_step_cost_predicted_seconds_total 0.01"));
   EXPECT_THAT(text, HasSubstr("treespec_step_cost_measured_seconds_total 0.011"));
-  EXPECT_THAT(text, HasSubstr("treespec_selection_drafted_nodes_total 80"));
-  EXPECT_THAT(text, HasSubstr("treespec_selection_verified_nodes_total 30"));
-  EXPECT_THAT(text, HasSubstr("treespec_selection_expected_accepted_tokens_total 7.5"));
-  EXPECT_THAT(text, HasSubstr("treespec_selection_accepted_tokens_total 9"));
-  EXPECT_THAT(text, HasSubstr("treespec_auto_tree_steps_total 12"));
-  EXPECT_THAT(text, HasSubstr("treespec_auto_plain_steps_total 340"));
+  EXPECT_THAT(text, HasSubstr("treespec_selection_drafted_nodes_total{kind=\"draft_model\"} 80"));
+  EXPECT_THAT(text, HasSubstr("treespec_selection_drafted_nodes_total{kind=\"auto\"} 5"));
+  EXPECT_THAT(text, HasSubstr("treespec_selection_verified_nodes_total{kind=\"draft_model\"} 30"));
+  EXPECT_THAT(
+      text,
+      HasSubstr("treespec_selection_expected_accepted_tokens_total{kind=\"draft_model\"} 7.5"));
+  EXPECT_THAT(text, HasSubstr("treespec_selection_accepted_tokens_total{kind=\"draft_model\"} 9"));
+  EXPECT_THAT(text, HasSubstr("treespec_auto_tree_steps_total{kind=\"draft_model\"} 12"));
+  EXPECT_THAT(text, HasSubstr("treespec_auto_plain_steps_total{kind=\"draft_model\"} 340"));
+  EXPECT_THAT(text, HasSubstr("treespec_auto_plain_steps_total{kind=\"auto\"} 7"));
+  EXPECT_THAT(text, Not(HasSubstr("kind=\"ngram\""))) << "kinds that counted nothing";
 }
 
 }  // namespace

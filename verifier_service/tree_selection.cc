@@ -68,6 +68,7 @@ TreeSelection SelectNodes(absl::Span<const SelectionCandidate> candidates,
   out.keep.resize(candidates.size());
   out.kept_depths.resize(candidates.size());
   out.kept_probs.resize(candidates.size());
+  out.expected.assign(candidates.size(), 0.0);
   const int batch = static_cast<int>(candidates.size());
   if (batch == 0) return out;
   double context = 0;
@@ -142,6 +143,7 @@ TreeSelection SelectNodes(absl::Span<const SelectionCandidate> candidates,
     out.keep[n->candidate].push_back(n->index);
     out.kept_depths[n->candidate].push_back(n->depth);
     out.kept_probs[n->candidate].push_back(n->raw);
+    out.expected[n->candidate] += n->p;
   }
   out.expected_tokens = best_tokens;
   out.predicted_ms = best_ms;

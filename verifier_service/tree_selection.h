@@ -76,8 +76,9 @@ struct TreeSelection {
   std::vector<std::vector<int>> keep;
   std::vector<std::vector<int>> kept_depths;
   std::vector<std::vector<double>> kept_probs;
-  double expected_tokens = 0;  // B + Σ calibrated chances of the kept nodes
-  double predicted_ms = 0;     // the step-cost model's time for the step
+  std::vector<double> expected;  // per candidate: Σ calibrated chances of its kept nodes
+  double expected_tokens = 0;    // B + Σ calibrated chances of the kept nodes
+  double predicted_ms = 0;       // the step-cost model's time for the step
 };
 
 TreeSelection SelectNodes(absl::Span<const SelectionCandidate> candidates,

@@ -110,6 +110,14 @@ TEST(TreeSelectionTest, MatchesExhaustiveSearchOnSmallTrees) {
     const StepCostModel cost = LinearCost(1, 0.05 + 0.5 * (rng() % 100) / 100.0);
     const TreeSelection got = SelectNodes(c, cost, cal);
     const double got_rate = got.expected_tokens / got.predicted_ms;
+    // Each candidate's share of the expectation: its kept nodes' chances.
+    ASSERT_EQ(got.expected.size(), 2u);
+    EXPECT_NEAR(got.expected[0] + got.expected[1], got.expected_tokens - 2, 1e-9);
+    for (int i = 0; i < 2; ++i) {
+      double sum = 0;
+      for (size_t j = 0; j < got.keep[i].size(); ++j) sum += got.kept_probs[i][j];
+      EXPECT_NEAR(got.expected[i], sum, 1e-9) << "a fresh calibration keeps the chances";
+    }
 
     std::vector<std::vector<double>> p = {PathProbabilities(trees[0]), PathProbabilities(trees[1])};
     double best = 0;

@@ -41,6 +41,22 @@ prometheus::MetricFamily CounterFamily(const std::string& name, const std::strin
   return OneValueFamily(name, help, prometheus::MetricType::Counter, value);
 }
 
+prometheus::MetricFamily CounterFamily(const std::string& name, const std::string& help,
+                                       const std::string& label,
+                                       const std::vector<std::pair<std::string, double>>& series) {
+  prometheus::MetricFamily family;
+  family.name = name;
+  family.help = help;
+  family.type = prometheus::MetricType::Counter;
+  for (const auto& [label_value, value] : series) {
+    prometheus::ClientMetric metric;
+    metric.label.push_back({label, label_value});
+    metric.counter.value = value;
+    family.metric.push_back(std::move(metric));
+  }
+  return family;
+}
+
 std::string TextExposition(const prometheus::Collectable& metrics) {
   return prometheus::TextSerializer().Serialize(metrics.Collect());
 }

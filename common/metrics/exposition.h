@@ -9,6 +9,8 @@
 #include <prometheus/registry.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace treespec {
 
@@ -22,6 +24,10 @@ prometheus::MetricFamily GaugeFamily(const std::string& name, const std::string&
                                      double value);
 prometheus::MetricFamily CounterFamily(const std::string& name, const std::string& help,
                                        double value);
+// A counter family with one series per (label value, value) of `series`, labelled `label`.
+prometheus::MetricFamily CounterFamily(const std::string& name, const std::string& help,
+                                       const std::string& label,
+                                       const std::vector<std::pair<std::string, double>>& series);
 
 // The Prometheus text exposition of everything `metrics` collects (what GET /metrics returns).
 std::string TextExposition(const prometheus::Collectable& metrics);
