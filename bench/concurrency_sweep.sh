@@ -60,7 +60,7 @@ start_verifier() {  # [DRAFTER_ADDR]
     $run $bin/treespec-verifier --port=0 --model="$target" "${drafter[@]}" \
     --device="$device" --max_batch="$largest" --max_depth="$max_depth" \
     --step_cost_profile_s="${STEP_COST_S:-5}" --step_cost_cache="$out/step_cost_cache.json" \
-    --metrics_port=-1 "${verifier_extra[@]}"
+    --metrics_port=0 "${verifier_extra[@]}"
 }
 
 stop_all() {
@@ -80,9 +80,13 @@ sweep() {
         auto) ;;  # no tree budget: the verifier's step-cost model chooses
         *) flags+=(--tree_budget="$setting") ;;
       esac
+      python3 tools/step_cost_ratio.py snapshot "$VERIFIER_METRICS" "$dir/ratio_before.json"
       $run $bin/treespec-loadgen --target="$VERIFIER_ADDR" "${dataset[@]}" \
         --num_prompts="$n" --num_warmups=2 --max_concurrency="$c" --progress=false \
         "${flags[@]}" --result_json="$dir/${setting}_c${c}.json" >/dev/null
+      # The step-cost model's median measured / predicted step time over this point's steps.
+      python3 tools/step_cost_ratio.py median "$VERIFIER_METRICS" "$dir/ratio_before.json" \
+        >"$dir/${setting}_c${c}.ratio"
       echo "$setting, $c concurrent: $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(f\"{d['output_throughput']:.0f} tok/s, acceptance {d.get('spec_decode_acceptance_length') or 1:.2f}\")" "$dir/${setting}_c${c}.json")"
     done
   done
@@ -96,9 +100,11 @@ if replace_rate:
 for s in sweep["settings"]:
     for c in sweep["concurrency"]:
         d = json.load(open(os.path.join(out, f"{s}_c{c}.json")))
+        ratio = json.loads(open(os.path.join(out, f"{s}_c{c}.ratio")).read())
         sweep["points"][f"{s}_c{c}"] = {"tokens_per_s": d["output_throughput"],
                                         "mean_tpot_ms": d.get("mean_tpot_ms"),
-                                        "acceptance_length": d.get("spec_decode_acceptance_length")}
+                                        "acceptance_length": d.get("spec_decode_acceptance_length"),
+                                        "step_cost_ratio_median": ratio}
 json.dump(sweep, open(os.path.join(out, "sweep.json"), "w"), indent=1)
 PY
   python3 tools/plot_sweep.py "$dir/sweep.json" "$dir/sweep.svg"

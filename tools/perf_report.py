@@ -289,6 +289,11 @@ class Report:
         names = {"off": "off", "auto": "auto"}
         header = ["clients"] + [names.get(s, f"budget {s}") + " tok/s" for s in doc["settings"]]
         header += ["auto / best other", "auto τ"]
+        # The step-cost model's median measured / predicted verify step time at each point
+        # (bar: within 10 %), where the sweep scraped it.
+        scored = any(p.get("step_cost_ratio_median") is not None for p in doc["points"].values())
+        if scored:
+            header += ["step time measured / predicted (median, all settings)"]
         rows = []
         for c in doc["concurrency"]:
             p = {s: doc["points"][f"{s}_c{c}"] for s in doc["settings"]}
@@ -298,6 +303,10 @@ class Report:
                 tau = p["auto"].get("acceptance_length")
                 row += [f"{p['auto']['tokens_per_s'] / best:.2f}×",
                         "–" if tau is None else f"{tau:.2f}"]
+            if scored:
+                ratios = [q["step_cost_ratio_median"] for q in p.values()
+                          if q.get("step_cost_ratio_median") is not None]
+                row.append(span(ratios) if ratios else "–")
             rows.append(row)
         self.section(title, intro + f" ![plot](img/{name}.svg)", meta, name, None, header, rows)
 
