@@ -579,36 +579,37 @@ void Engine::Step(const std::vector<Active*>& members) {
   }
   const StepTiming timing{absl::ToDoubleMilliseconds(forward_start - step_start),
                           absl::ToDoubleMilliseconds(forward_end - forward_start), forward_end};
-  const bool verify_only =
-      std::all_of(members.begin(), members.end(), [](const Active* a) { return a->prefilled; });
-  if (step_cost_.has_value() && verify_only) ObserveStepCost(batch, timing.forward_ms);
-  if (!verify_only && step_cost_.has_value()) {
-    // What the prompts added to the step: the gate leaves it out of every interval it falls
-    // in (a prefill's cost does not depend on whether anyone speculates).
-    std::vector<SeqTree> verifies;
-    for (size_t b = 0; b < members.size(); ++b) {
-      if (members[b]->prefilled) verifies.push_back(batch[b]);
+  if (step_cost_.has_value()) {
+    const StepShape verify = VerifyShape(members, batch);
+    if (verify.batch == static_cast<int>(members.size())) {
+      ObserveStepCost(verify, timing.forward_ms);
+    } else {
+      // What the prompts added to the step: the gate leaves it out of every interval it falls
+      // in (a prefill's cost does not depend on whether anyone speculates).
+      const double verify_ms = verify.batch == 0 ? 0 : step_cost_->PredictMs(verify);
+      prefill_excess_ms_ += std::max(0.0, timing.forward_ms - verify_ms);
     }
-    const double verify_ms = verifies.empty() ? 0 : step_cost_->PredictMs(ShapeOf(verifies));
-    prefill_excess_ms_ += std::max(0.0, timing.forward_ms - verify_ms);
   }
   for (size_t b = 0; b < members.size(); ++b) {
     ApplyResult(*members[b], batch[b], std::move((*results)[b]), timing);
   }
 }
 
-StepShape Engine::ShapeOf(const std::vector<SeqTree>& batch) {
+StepShape Engine::VerifyShape(const std::vector<Active*>& members,
+                              const std::vector<SeqTree>& batch) {
+  int n = 0;
   int64_t drafted = 0, context = 0;
-  for (const SeqTree& t : batch) {
-    drafted += static_cast<int64_t>(t.tokens.size()) - 1;
-    context += t.committed_len;
+  for (size_t b = 0; b < members.size(); ++b) {
+    if (!members[b]->prefilled) continue;
+    ++n;
+    drafted += static_cast<int64_t>(batch[b].tokens.size()) - 1;
+    context += batch[b].committed_len;
   }
-  const double n = static_cast<double>(batch.size());
-  return {static_cast<int>(batch.size()), drafted / n, context / n};
+  if (n == 0) return {};
+  return {n, static_cast<double>(drafted) / n, static_cast<double>(context) / n};
 }
 
-void Engine::ObserveStepCost(const std::vector<SeqTree>& batch, double forward_ms) {
-  const StepShape shape = ShapeOf(batch);
+void Engine::ObserveStepCost(const StepShape& shape, double forward_ms) {
   const double predicted = step_cost_->PredictMs(shape);
   step_cost_->Observe(shape, forward_ms);
   const double ratio = forward_ms / predicted;

@@ -69,8 +69,6 @@ class RequestSink {
   virtual void OnUpdate(GenerationUpdate update) = 0;
 };
 
-// How the step-cost model's predictions compared with the verify steps' measured forward
-// times (steps with a prefill are not verify steps and are left out).
 // What the tree selection and the speculation gate did for one drafter kind's requests.
 struct SelectionCounts {
   int64_t drafted_nodes = 0;     // in the trees that arrived for verify steps
@@ -85,20 +83,20 @@ struct SelectionCounts {
   void Add(const SelectionCounts& other);
 };
 
+// How the step-cost model's predictions compared with the verify steps' measured forward
+// times (steps with a prefill are not verify steps and are left out), and what the selection
+// and the gate did.
 struct StepCostStats {
   // Upper bounds of the measured / predicted buckets (a Prometheus histogram's "le").
   static constexpr std::array<double, 10> kRatioBounds{0.5,  0.8, 0.9,  0.95, 1.0,
                                                        1.05, 1.1, 1.25, 2.0,  4.0};
   int64_t steps = 0;
-  // Per drafter kind (DrafterKind's order), then AUTO sessions (whose kind the verifier does
+  // By DraftSourceIndex: per drafter kind, then AUTO sessions (whose kind the verifier does
   // not know).
-  std::array<SelectionCounts, kNumDrafterKinds + 1> by_kind{};
+  std::array<SelectionCounts, kNumDraftSources> by_kind{};
   SelectionCounts Total() const;
-  SelectionCounts& Of(DraftSourceKind kind) { return by_kind[IndexOf(kind)]; }
-  const SelectionCounts& Of(DraftSourceKind kind) const { return by_kind[IndexOf(kind)]; }
-  static size_t IndexOf(DraftSourceKind kind) {
-    return kind.has_value() ? static_cast<size_t>(*kind) : kNumDrafterKinds;
-  }
+  SelectionCounts& Of(DraftSourceKind kind) { return by_kind[DraftSourceIndex(kind)]; }
+  const SelectionCounts& Of(DraftSourceKind kind) const { return by_kind[DraftSourceIndex(kind)]; }
   double predicted_ms = 0;  // summed over the steps
   double measured_ms = 0;
   double ratio_sum = 0;                                     // of measured / predicted
@@ -188,11 +186,13 @@ class Engine {
   // Keeps of each member's drafted tree (`drafts`, parallel to `members`) the nodes that pay
   // (SelectNodes), remembering what each kept for the calibration. Verify steps only.
   void SelectTrees(const std::vector<Active*>& members, std::vector<DraftedTree>& drafts);
-  // The step-cost model's shape of a step over `batch` (all verify trees).
-  static StepShape ShapeOf(const std::vector<SeqTree>& batch);
-  // A verify step of `batch` took `forward_ms`: the cost model's prediction is scored and the
+  // The step-cost model's shape of the verify trees of `batch` (the entries of `members`, in
+  // order, that were already prefilled); batch 0 when there are none.
+  static StepShape VerifyShape(const std::vector<Active*>& members,
+                               const std::vector<SeqTree>& batch);
+  // A verify step of `shape` took `forward_ms`: the cost model's prediction is scored and the
   // model refreshed. Not for steps with a prefill.
-  void ObserveStepCost(const std::vector<SeqTree>& batch, double forward_ms);
+  void ObserveStepCost(const StepShape& shape, double forward_ms);
   // Commits the accepted path, streams the emitted tokens, finishes or commits to the drafter.
   void ApplyResult(Active& active, const SeqTree& tree, StepResult result,
                    const StepTiming& timing);

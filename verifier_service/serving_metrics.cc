@@ -127,11 +127,10 @@ void AddStepCostFamilies(const StepCostStats& s, std::vector<prometheus::MetricF
   // One series per drafter kind that has counted anything ("auto": sessions of mode AUTO).
   auto by_kind = [&s](auto field) {
     std::vector<std::pair<std::string, double>> series;
-    for (size_t k = 0; k < s.by_kind.size(); ++k) {
+    for (int k = 0; k < kNumDraftSources; ++k) {
       const SelectionCounts& c = s.by_kind[k];
       if (c.drafted_nodes == 0 && c.auto_tree_steps == 0 && c.auto_plain_steps == 0) continue;
-      series.emplace_back(k < AllDrafterKinds().size() ? AllDrafterKinds()[k].name : "auto",
-                          static_cast<double>(c.*field));
+      series.emplace_back(DraftSourceName(k), static_cast<double>(c.*field));
     }
     return series;
   };

@@ -1,12 +1,8 @@
 #include "verifier_service/speculation_gate.h"
 
 #include <algorithm>
-#include <cmath>
-#include <map>
-#include <vector>
 
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 
 namespace treespec {
 
@@ -17,7 +13,7 @@ int SpeculationGate::Bucket(int running) {
 }
 
 SpeculationGate::Key SpeculationGate::KeyOf(DraftSourceKind kind, int running) {
-  return {kind.has_value() ? static_cast<int>(*kind) : -1, Bucket(running)};
+  return {DraftSourceIndex(kind), Bucket(running)};
 }
 
 bool SpeculationGate::WantsTree(DraftSourceKind kind, int running) const {
@@ -91,30 +87,15 @@ double SpeculationGate::Rate(DraftSourceKind kind, int running, bool tree) const
   return it == states_.end() ? 0 : it->second.arms[tree ? 1 : 0].rate();
 }
 
-namespace {
-
-template <typename State>
-std::string Line(std::pair<int, int> key, const State& s) {
-  const std::string kind =
-      key.first < 0 ? "auto" : DrafterKindName(static_cast<DrafterKind>(key.first));
-  return absl::StrFormat("%s load<=%d: tree %.3f tok/ms (%d), plain %.3f tok/ms (%d), using %s",
-                         kind, 1 << key.second, s.arms[1].rate(), s.arms[1].samples,
-                         s.arms[0].rate(), s.arms[0].samples, s.tree ? "tree" : "plain");
-}
-
-}  // namespace
-
-std::string SpeculationGate::Describe() const {
-  const std::map<Key, State> sorted(states_.begin(), states_.end());
-  std::vector<std::string> lines;
-  for (const auto& [key, s] : sorted) lines.push_back(Line(key, s));
-  return absl::StrJoin(lines, "\n");
-}
-
 std::string SpeculationGate::Describe(DraftSourceKind kind, int running) const {
   const Key key = KeyOf(kind, running);
   const auto it = states_.find(key);
-  return it == states_.end() ? "" : Line(key, it->second);
+  if (it == states_.end()) return "";
+  const State& s = it->second;
+  return absl::StrFormat("%s load<=%d: tree %.3f tok/ms (%d), plain %.3f tok/ms (%d), using %s",
+                         DraftSourceName(key.first), 1 << key.second, s.arms[1].rate(),
+                         s.arms[1].samples, s.arms[0].rate(), s.arms[0].samples,
+                         s.tree ? "tree" : "plain");
 }
 
 }  // namespace treespec

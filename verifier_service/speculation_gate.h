@@ -58,9 +58,8 @@ class SpeculationGate {
 
   // Tokens per millisecond of an arm so far; 0 before its first sample.
   double Rate(DraftSourceKind kind, int running, bool tree) const;
-  // One line per bucket seen: "kind load<=N: tree X tok/ms (n), plain Y tok/ms (n), using A";
-  // or only the line of (kind, running)'s bucket.
-  std::string Describe() const;
+  // (kind, running)'s bucket: "kind load<=N: tree X tok/ms (n), plain Y tok/ms (n), using A";
+  // empty before its first step.
   std::string Describe(DraftSourceKind kind, int running) const;
 
  private:

@@ -104,7 +104,8 @@ TEST(SpeculationGateTest, LoadsAndKindsAreKeptApart) {
   EXPECT_GT(gate.Rate(kDraftModel, 1, true), gate.Rate(kDraftModel, 1, false));
   EXPECT_LT(gate.Rate(kDraftModel, 64, true), gate.Rate(kDraftModel, 64, false));
   EXPECT_EQ(gate.Rate(DrafterKind::kNgram, 1, true), 0);
-  EXPECT_NE(gate.Describe().find("draft_model load<=64"), std::string::npos);
+  EXPECT_NE(gate.Describe(kDraftModel, 64).find("draft_model load<=64"), std::string::npos);
+  EXPECT_EQ(gate.Describe(DrafterKind::kNgram, 64), "");
 }
 
 // Every request of a bucket runs the arm in use; steps a request decided before a switch do

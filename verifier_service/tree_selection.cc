@@ -9,11 +9,15 @@ namespace {
 
 constexpr double kMinFactor = 1.0 / 16, kMaxFactor = 16;
 
-int KindIndex(DraftSourceKind kind) {
-  return kind.has_value() ? static_cast<int>(*kind) : static_cast<int>(AllDrafterKinds().size());
+}  // namespace
+
+int DraftSourceIndex(DraftSourceKind kind) {
+  return kind.has_value() ? static_cast<int>(*kind) : kNumDrafterKinds;
 }
 
-}  // namespace
+const char* DraftSourceName(int index) {
+  return index < kNumDrafterKinds ? AllDrafterKinds()[index].name : "auto";
+}
 
 std::vector<double> PathProbabilities(const DraftedTree& tree) {
   const size_t m = tree.tokens.size();
@@ -37,7 +41,7 @@ std::vector<double> PathProbabilities(const DraftedTree& tree) {
 }
 
 double AcceptanceCalibration::Factor(DraftSourceKind kind, int depth) const {
-  const Counts& c = counts_[KindIndex(kind)][std::clamp(depth, 0, kMaxDepth)];
+  const Counts& c = counts_[DraftSourceIndex(kind)][std::clamp(depth, 0, kMaxDepth)];
   return std::clamp(c.accepted / c.predicted, kMinFactor, kMaxFactor);
 }
 
@@ -56,7 +60,7 @@ void AcceptanceCalibration::Observe(DraftSourceKind kind, absl::Span<const int> 
   }
   // Only the depths the tree reached say anything: a depth without nodes could not accept.
   for (int d = 1; d <= deepest; ++d) {
-    Counts& c = counts_[KindIndex(kind)][d];
+    Counts& c = counts_[DraftSourceIndex(kind)][d];
     c.predicted = kDecay * c.predicted + predicted[d];
     c.accepted = kDecay * c.accepted + (accepted_depth >= d ? 1.0 : 0.0);
   }

@@ -32,6 +32,11 @@ std::vector<double> PathProbabilities(const DraftedTree& tree);
 // Whose drafts a calibration is for: a drafter kind, or nullopt for AUTO sessions (the pool's
 // default kind, unknown to the verifier).
 using DraftSourceKind = std::optional<DrafterKind>;
+// DraftSourceKind's values as 0 .. kNumDraftSources - 1: DrafterKind's order, then AUTO; and
+// the name of each ("ngram", ..., "auto"), for keys, arrays and metric labels.
+inline constexpr int kNumDraftSources = kNumDrafterKinds + 1;
+int DraftSourceIndex(DraftSourceKind kind);
+const char* DraftSourceName(int index);
 
 // How a drafter kind's path probabilities compare with what verification accepts, per depth:
 // the factor is (decayed count of steps that accepted a node at depth d) / (decayed sum of the
@@ -57,8 +62,7 @@ class AcceptanceCalibration {
     double predicted = 1;  // a prior of one step that predicted what it accepted
     double accepted = 1;
   };
-  static constexpr int kKinds = kNumDrafterKinds + 1;  // DrafterKind's values, then AUTO
-  std::array<std::array<Counts, kMaxDepth + 1>, kKinds> counts_{};
+  std::array<std::array<Counts, kMaxDepth + 1>, kNumDraftSources> counts_{};
 };
 
 // One ready request's draft, as the selection sees it.
