@@ -69,10 +69,12 @@ stop_all() {
 }
 
 # sweep DIR: every setting at every concurrency against the running services -> DIR/sweep.json
+# (the settings one after another at each concurrency, so that what drifts over a run — a
+# machine's other load, its clocks — moves all of a concurrency's figures alike).
 sweep() {
   local dir=$1
-  for setting in $settings; do
-    for c in $concurrency; do
+  for c in $concurrency; do
+    for setting in $settings; do
       n=$((c * per_client)); [ "$n" -ge "$min_prompts" ] || n=$min_prompts
       flags=(--mode="$mode")
       case $setting in

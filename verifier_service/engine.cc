@@ -19,7 +19,10 @@ struct Engine::Active {
   GenerationRequest request;
   std::shared_ptr<RequestSink> sink;
   std::unique_ptr<OutputProcessor> output;
-  std::unique_ptr<DraftStream> draft;  // null: no speculation for this request
+  std::unique_ptr<DraftStream> draft;  // null: no speculation for this request (yet)
+  // A gated auto request's session, not opened until its first tree is asked for (or its
+  // deferred context is due): plain steps then cost the drafter not even the prompt's prefill.
+  std::optional<DraftOpenParams> unopened;
   SeqId seq = 0;
   int committed_len = 0;  // L: tokens whose K/V are in the cache
   int32_t bonus = -1;     // the target's last choice, not yet in the cache
@@ -36,12 +39,10 @@ struct Engine::Active {
   // probabilities (for the calibration; `selected` once the selection has run on it).
   int ask_budget = 0;
   // Whether this step's commit asked for a tree (an auto request's SpeculationGate may ask for
-  // none), with how many requests running when it chose, and when its last step's forward
-  // ended: what the gate scores the choice by.
+  // none), and when it chose: a step it runs on a choice from before the gate's last switch is
+  // not scored.
   bool tree_asked = true;
-  int gate_running = 0;
-  absl::Time last_forward_end;
-  double prefill_excess_seen = 0;  // Engine::prefill_excess_ms_ then
+  absl::Time chose_at;
   // What the context gained over steps that asked for no tree, not yet sent: the drafter hears
   // it with the next commit, so that plain steps cost the drafter (often on the same GPU, or
   // the same cores) nothing.
@@ -53,6 +54,8 @@ struct Engine::Active {
   std::vector<double> kept_probs;
   SpecStats stats;
   absl::Time start;
+
+  bool speculates() const { return draft != nullptr || unopened.has_value(); }
   int pages = 0;  // worst-case KV pages promised at admission
   bool done = false;
 };
@@ -369,6 +372,8 @@ EngineSnapshot Engine::Snapshot() const {
 
 void Engine::Loop() {
   while (true) {
+    // Time idle with nothing running is no step's: the next step's interval starts with it.
+    if (running_.empty()) last_step_end_ = absl::InfinitePast();
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return shutdown_ || !queue_.empty() || !running_.empty(); });
@@ -479,11 +484,11 @@ void Engine::Admit() {
       open.limits = a->request.spec;
       open.feature_layers = FeatureLayersFor(open.mode);
       a->feature_layers = open.feature_layers;
-      a->draft = drafts_->Open(open, [this] {
-        std::lock_guard<std::mutex> lock(mu_);
-        ++draft_events_;
-        cv_.notify_all();
-      });
+      if (a->request.auto_tree_budget && options_.speculation_gate) {
+        a->unopened = std::move(open);
+      } else {
+        OpenDraft(*a, open);
+      }
       a->stats.accepted_per_depth.assign(a->request.spec.max_depth, 0);
       a->stats.drafted_per_depth.assign(a->request.spec.max_depth, 0);
       if (a->request.auto_tree_budget) {
@@ -492,6 +497,14 @@ void Engine::Admit() {
     }
     running_.push_back(std::move(a));
   }
+}
+
+void Engine::OpenDraft(Active& a, const DraftOpenParams& open) {
+  a.draft = drafts_->Open(open, [this] {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++draft_events_;
+    cv_.notify_all();
+  });
 }
 
 std::vector<int> Engine::FeatureLayersFor(SpecMode& mode) {
@@ -581,17 +594,40 @@ void Engine::Step(const std::vector<Active*>& members) {
                           absl::ToDoubleMilliseconds(forward_end - forward_start), forward_end};
   if (step_cost_.has_value()) {
     const StepShape verify = VerifyShape(members, batch);
-    if (verify.batch == static_cast<int>(members.size())) {
-      ObserveStepCost(verify, timing.forward_ms);
-    } else {
-      // What the prompts added to the step: the gate leaves it out of every interval it falls
-      // in (a prefill's cost does not depend on whether anyone speculates).
-      const double verify_ms = verify.batch == 0 ? 0 : step_cost_->PredictMs(verify);
-      prefill_excess_ms_ += std::max(0.0, timing.forward_ms - verify_ms);
-    }
+    if (verify.batch == static_cast<int>(members.size())) ObserveStepCost(verify, timing.forward_ms);
   }
+  ObserveGate(members, *results, forward_end);
   for (size_t b = 0; b < members.size(); ++b) {
     ApplyResult(*members[b], batch[b], std::move((*results)[b]), timing);
+  }
+}
+
+void Engine::ObserveGate(const std::vector<Active*>& members,
+                         const std::vector<StepResult>& results, absl::Time end) {
+  const absl::Time start = std::exchange(last_step_end_, end);
+  if (!options_.speculation_gate) return;
+  // The gated requests of each drafter kind in the step (almost always one kind).
+  struct KindStep {
+    DraftSourceKind kind;
+    int tokens = 0;
+    std::vector<SpeculationGate::Choice> choices;
+  };
+  std::vector<KindStep> kinds;
+  for (size_t b = 0; b < members.size(); ++b) {
+    const Active& a = *members[b];
+    if (!a.request.auto_tree_budget || !a.speculates()) continue;
+    const DraftSourceKind kind = a.request.spec_mode.kind();
+    auto it = std::find_if(kinds.begin(), kinds.end(),
+                           [&](const KindStep& k) { return k.kind == kind; });
+    if (it == kinds.end()) it = kinds.insert(kinds.end(), KindStep{kind});
+    it->tokens += static_cast<int>(results[b].emitted.size());
+    if (a.prefilled) it->choices.push_back({a.tree_asked, a.chose_at});
+  }
+  const int running = static_cast<int>(running_.size());
+  for (const KindStep& k : kinds) {
+    if (gate_.ObserveStep(k.kind, running, k.choices, k.tokens, start, end)) {
+      TS_LOG(kDebug, "speculation gate: %s", gate_.Describe(k.kind, running));
+    }
   }
 }
 
@@ -718,7 +754,7 @@ absl::StatusOr<std::vector<StepResult>> Engine::RunBatch(const std::vector<Activ
   for (size_t b = 0; b < members.size(); ++b) {
     specs[b].sampling = members[b]->request.sampling;
     specs[b].prefill = !members[b]->prefilled;
-    specs[b].capture_features = !members[b]->feature_layers.empty() && members[b]->draft != nullptr;
+    specs[b].capture_features = !members[b]->feature_layers.empty() && members[b]->speculates();
   }
   return model_->VerifyStep(batch, specs);
 }
@@ -766,13 +802,6 @@ void Engine::ApplyResult(Active& a, const SeqTree& t, StepResult result, const S
     // Every request's steps count, speculation off included (each a step without a draft), so
     // its mean acceptance length is 1.0 rather than undefined.
     RecordSpecStats(a, t, accepted);
-    if (a.request.auto_tree_budget && a.draft != nullptr &&
-        gate_.Observe(a.request.spec_mode.kind(), a.gate_running, a.tree_asked, accepted + 1,
-                      a.last_forward_end, timing.forward_end,
-                      prefill_excess_ms_ - a.prefill_excess_seen)) {
-      TS_LOG(kDebug, "speculation gate: %s",
-             gate_.Describe(a.request.spec_mode.kind(), a.gate_running));
-    }
     if (a.selected) {
       calibration_.Observe(a.request.spec_mode.kind(), a.kept_depths, a.kept_probs, accepted);
       a.selected = false;
@@ -791,8 +820,6 @@ void Engine::ApplyResult(Active& a, const SeqTree& t, StepResult result, const S
       }
     }
   }
-  a.last_forward_end = timing.forward_end;
-  a.prefill_excess_seen = prefill_excess_ms_;
   a.bonus = emitted.back();
   GenerationUpdate update = a.output->Append(emitted);
   if (!update.finished && a.committed_len >= options_.context_length) {
@@ -807,7 +834,10 @@ void Engine::ApplyResult(Active& a, const SeqTree& t, StepResult result, const S
     return;
   }
   a.sink->OnUpdate(std::move(update));
-  if (a.draft != nullptr) CommitToDrafter(a, std::move(emitted), std::move(result.features));
+  if (a.speculates()) {
+    a.chose_at = timing.forward_end;
+    CommitToDrafter(a, std::move(emitted), std::move(result.features));
+  }
 }
 
 void Engine::CommitToDrafter(Active& a, std::vector<int32_t> emitted, TargetFeatures features) {
@@ -816,9 +846,8 @@ void Engine::CommitToDrafter(Active& a, std::vector<int32_t> emitted, TargetFeat
                                   model_->config().hidden_size)};
   int budget = 0;  // the session's
   if (a.request.auto_tree_budget) {
-    a.gate_running = static_cast<int>(running_.size());
-    a.tree_asked =
-        !options_.speculation_gate || gate_.WantsTree(a.request.spec_mode.kind(), a.gate_running);
+    a.tree_asked = !options_.speculation_gate ||
+                   gate_.WantsTree(a.request.spec_mode.kind(), static_cast<int>(running_.size()));
     budget = a.tree_asked ? a.ask_budget : DraftStream::kNoTree;
     std::lock_guard<std::mutex> lock(mu_);
     SelectionCounts& counts = step_cost_stats_.Of(a.request.spec_mode.kind());
@@ -834,6 +863,14 @@ void Engine::CommitToDrafter(Active& a, std::vector<int32_t> emitted, TargetFeat
   // Without a tree the context waits, up to kMaxDeferredTokens, so that the drafter never lags
   // far (nor closes the session as idle) and a tree asked later catches up in one commit.
   if (!a.tree_asked && static_cast<int>(a.deferred.tokens.size()) < kMaxDeferredTokens) return;
+  if (a.unopened.has_value()) {
+    OpenDraft(a, *a.unopened);
+    a.unopened.reset();
+    if (a.draft == nullptr) {  // the source could not open one: the request runs plain
+      a.deferred = DraftContext{};
+      return;
+    }
+  }
   a.commit_sent = absl::Now();
   a.draft->Commit(a.step, std::exchange(a.deferred, DraftContext{}), budget);
 }
@@ -864,6 +901,7 @@ void Engine::Release(Active& a) {
   a.done = true;
   if (a.seq != 0) model_->FreeSequence(a.seq);
   a.draft.reset();
+  a.unopened.reset();
   a.sink.reset();
   pages_promised_ -= a.pages;
 }

@@ -147,6 +147,11 @@ class Engine {
 
   EngineSnapshot Snapshot() const;
 
+  // The context an auto request gains over steps without a tree is sent to its drafter once it
+  // reaches this many tokens (opening the session then if none is open): a drafter never lags
+  // far, and a request that ends sooner costs it nothing.
+  static constexpr int kMaxDeferredTokens = 64;
+
  private:
   struct Active;
 
@@ -159,6 +164,8 @@ class Engine {
   // pool's drafters of its kind (AUTO: the pool's default kind) read, when trained for this
   // target; the model is made to capture them. An AUTO that resolves to such a kind becomes it.
   std::vector<int> FeatureLayersFor(SpecMode& mode);
+  // Opens `active`'s drafting session; its trees wake the engine as they arrive.
+  void OpenDraft(Active& active, const DraftOpenParams& open);
   // Whether a step should wait (up to the deadline) for this request's draft.
   bool WaitsForDraft(const Active& a) const;
   // KV pages the front of the queue needs if it can be admitted now, else 0. Needs mu_.
@@ -190,6 +197,11 @@ class Engine {
   // order, that were already prefilled); batch 0 when there are none.
   static StepShape VerifyShape(const std::vector<Active*>& members,
                                const std::vector<SeqTree>& batch);
+  // Scores the step that ended at `end` for the speculation gate, per drafter kind of its gated
+  // requests (results parallel to members). Every step, so that the next one's interval starts
+  // here.
+  void ObserveGate(const std::vector<Active*>& members, const std::vector<StepResult>& results,
+                   absl::Time end);
   // A verify step of `shape` took `forward_ms`: the cost model's prediction is scored and the
   // model refreshed. Not for steps with a prefill.
   void ObserveStepCost(const StepShape& shape, double forward_ms);
@@ -199,8 +211,8 @@ class Engine {
   // One verify step's speculation counters: `accepted` drafted tokens of `tree`'s.
   void RecordSpecStats(Active& active, const SeqTree& tree, int accepted);
   // Tells the drafter what a step added to the request's context, asking for the next tree
-  // (an auto request's SpeculationGate may ask for none: the context is then deferred).
-  static constexpr int kMaxDeferredTokens = 64;
+  // (an auto request's SpeculationGate may ask for none: the context is then deferred, up to
+  // kMaxDeferredTokens).
   void CommitToDrafter(Active& active, std::vector<int32_t> emitted, TargetFeatures features);
   // Sends the final update and releases the request (KV pages, draft session).
   void Finish(Active& active, GenerationUpdate update);
@@ -228,8 +240,8 @@ class Engine {
   bool has_step_cost_ = false;                    // step_cost_.has_value(), for any thread
   AcceptanceCalibration calibration_;             // engine thread only
   SpeculationGate gate_;                          // engine thread only
-  // Forward time that prompts added to the steps they were prefilled in, summed (engine thread).
-  double prefill_excess_ms_ = 0;
+  // When the last step's forward ended; InfinitePast after an idle spell (engine thread).
+  absl::Time last_step_end_ = absl::InfinitePast();
   StepCostStats step_cost_stats_;  // guarded by mu_
   int pages_promised_ = 0;         // worst-case pages of running requests (engine thread)
   std::thread thread_;

@@ -80,6 +80,47 @@ class EngineTest : public ::testing::Test {
     return out.token_ids;
   }
 
+  // A drafter that drafts with the target itself (its greedy path is accepted: long accepts).
+  static std::unique_ptr<DraftModelDrafterFactory> SelfDrafter(DraftShape shape) {
+    LmOptions lm;
+    lm.max_batch = 4;
+    auto self = LoadCpuCausalLm(*target_dir_, lm);
+    EXPECT_TRUE(self.ok()) << self.status();
+    if (!self.ok()) return nullptr;
+    DraftModelOptions options;
+    options.shape = shape;
+    return std::make_unique<DraftModelDrafterFactory>(*std::move(self), options);
+  }
+
+  // `got`, what a drafting session's context was given, is a prefix of `context` (the prompt,
+  // then the output) with a row for each token but the last: the target's features of layers
+  // `layers`, as a plain prefill of those tokens captures them.
+  void ExpectTheFeaturesOfAPrefill(const DraftContext& got, const std::vector<int32_t>& context,
+                                   const std::vector<int>& layers) {
+    const int hidden = target_->config().hidden_size;
+    const int tokens = static_cast<int>(got.tokens.size());
+    ASSERT_LE(got.tokens.size(), context.size());
+    ASSERT_TRUE(std::equal(got.tokens.begin(), got.tokens.end(), context.begin()));
+    ASSERT_EQ(got.features.rows, tokens - 1);
+    ASSERT_EQ(got.features.width, static_cast<int>(layers.size()) * hidden);
+    LmOptions lm;
+    lm.max_batch = 4;
+    auto reference_model = LoadCpuCausalLm(*target_dir_, lm);
+    ASSERT_TRUE(reference_model.ok()) << reference_model.status();
+    CausalLm& ref = **reference_model;
+    ASSERT_TRUE(ref.SetFeatureLayers(layers).ok());
+    SeqTree chain;
+    chain.seq = ref.CreateSequence();
+    chain.tokens.assign(got.tokens.begin(), got.tokens.end() - 1);
+    for (int i = 0; i < tokens - 1; ++i) chain.parents.push_back(i - 1);
+    StepSpec spec;
+    spec.prefill = true;
+    spec.capture_features = true;
+    auto step = ref.VerifyStep({chain}, {spec});
+    ASSERT_TRUE(step.ok()) << step.status();
+    EXPECT_LE(testing::WorstFeatureError(got.features, (*step)[0].features, hidden), 0.02);
+  }
+
   static std::string* target_dir_;
   static std::string* draft_dir_;
   std::unique_ptr<CausalLm> target_;
@@ -232,14 +273,9 @@ StepCostModel LinearStepCost(double per_node) {
 // all of them pay (up to the largest served) and for a couple when none does. (The target
 // drafts for itself, so its greedy path is accepted.)
 TEST_F(EngineTest, AStepCostModelChoosesWhichDraftedNodesAreVerified) {
-  LmOptions lm;
-  lm.max_batch = 4;
-  auto draft = LoadCpuCausalLm(*target_dir_, lm);
-  ASSERT_TRUE(draft.ok()) << draft.status();
-  DraftModelOptions draft_options;
-  draft_options.shape = DraftShape::kTree;
-  DraftModelDrafterFactory factory(*std::move(draft), draft_options);
-  LocalDraftSource drafts(&factory);
+  const auto factory = SelfDrafter(DraftShape::kTree);
+  ASSERT_NE(factory, nullptr);
+  LocalDraftSource drafts(factory.get());
   GenerationRequest r = Request(Prompt(4), SpecMode::Of(DrafterKind::kDraftModel), 32);
   const std::vector<int32_t> plain = Plain(r);
   struct Run {
@@ -309,7 +345,7 @@ TEST_F(EngineTest, TheSpeculationGateAsksForTreesOnlyWhereTheyPay) {
     ASSERT_TRUE(out.status.ok()) << out.status;
     EXPECT_THAT(out.token_ids, ElementsAreArray(plain));
     const SelectionCounts stats = engine.Snapshot().step_cost->Of(DrafterKind::kNgram);
-    EXPECT_LE(stats.auto_tree_steps, SpeculationGate::kMinSamples + 1);
+    EXPECT_LE(stats.auto_tree_steps, SpeculationGate::EpochSteps(1) + 1);
     EXPECT_GT(stats.auto_plain_steps, 8 * stats.auto_tree_steps);
   }
   {
@@ -327,10 +363,52 @@ TEST_F(EngineTest, TheSpeculationGateAsksForTreesOnlyWhereTheyPay) {
     ASSERT_TRUE(out.status.ok()) << out.status;
     EXPECT_THAT(out.token_ids, ElementsAreArray(plain));
     const SelectionCounts stats = engine.Snapshot().step_cost->Of(DrafterKind::kReplay);
-    EXPECT_GE(stats.auto_tree_steps, SpeculationGate::kMinSamples);
+    EXPECT_GE(stats.auto_tree_steps, SpeculationGate::EpochSteps(1));
     EXPECT_EQ(stats.accepted, stats.verified_nodes) << "the target's own output, whole";
     EXPECT_GT(stats.accepted, 0);
   }
+}
+
+// A gated auto request opens its drafting session only when a tree is asked for, or when its
+// deferred context reaches Engine::kMaxDeferredTokens: while the gate keeps a load plain, a short
+// request costs the drafter nothing, not even its prompt's prefill, and a longer one's session
+// is sent its whole context at once — the prompt, then every token with its features.
+TEST_F(EngineTest, AGatedRequestOpensItsDraftSessionOnlyWhenItsContextIsDue) {
+  const ModelConfig& c = target_->config();
+  const auto self = SelfDrafter(DraftShape::kChain);
+  ASSERT_NE(self, nullptr);
+  const FeatureSpec reads{{1}, c.hidden_size, c.num_layers, c.vocab_size};
+  RecordingFactory recording(self.get(), reads);
+  DrafterPoolInfo pool{1, SpecLimits{16, 8, 16}, {DrafterKind::kDflash}};
+  pool.default_kind = DrafterKind::kDflash;
+  pool.feature_needs = {{DrafterKind::kDflash, reads}};
+  // Trees 100 ms late: after its tree epoch the gate keeps load 1 plain.
+  DelayedDraftSource slow(&recording, [](int64_t) { return absl::Milliseconds(100); }, pool);
+  EngineOptions options;
+  options.step_cost = LinearStepCost(0);
+  options.draft_timeout = absl::Seconds(2);
+  Engine engine(target_.get(), nullptr, &slow, options);
+  GenerationRequest teach = Request(Prompt(3), SpecMode::Auto(), 60);
+  teach.spec.max_depth = 2;
+  ASSERT_TRUE(RunToEnd(engine, teach).status.ok());
+  ASSERT_EQ(slow.opened(), 1);
+  ASSERT_GT(engine.Snapshot().step_cost->Of(std::nullopt).auto_plain_steps, 0) << "auto sessions";
+
+  GenerationRequest shorter = Request(Prompt(4), SpecMode::Auto(), Engine::kMaxDeferredTokens - 1);
+  const GenerationUpdate short_out = RunToEnd(engine, shorter);
+  ASSERT_TRUE(short_out.status.ok()) << short_out.status;
+  EXPECT_THAT(short_out.token_ids, ElementsAreArray(Plain(shorter)));
+  EXPECT_EQ(slow.opened(), 1) << "a plain request that ends before its context is due";
+
+  GenerationRequest longer = Request(Prompt(5), SpecMode::Auto(), 100);
+  const GenerationUpdate long_out = RunToEnd(engine, longer);
+  ASSERT_TRUE(long_out.status.ok()) << long_out.status;
+  EXPECT_THAT(long_out.token_ids, ElementsAreArray(Plain(longer)));
+  EXPECT_EQ(slow.opened(), 2);
+  ASSERT_EQ(recording.log().tokens.size(), longer.prompt.size() + Engine::kMaxDeferredTokens);
+  std::vector<int32_t> context = longer.prompt;
+  context.insert(context.end(), long_out.token_ids.begin(), long_out.token_ids.end());
+  ExpectTheFeaturesOfAPrefill(recording.log(), context, {1});
 }
 
 TEST_F(EngineTest, BatchEqualsRequestsAlone) {
@@ -769,17 +847,12 @@ TEST_F(EngineTest, AFeatureDrafterForAnotherTargetIsRefused) {
 // only is sent none.
 TEST_F(EngineTest, AFeatureDrafterIsSentTheFeaturesOfEveryContextToken) {
   const ModelConfig& c = target_->config();
-  LmOptions lm;
-  lm.max_batch = 4;
-  auto self = LoadCpuCausalLm(*target_dir_, lm);  // drafting with the target: long accepts
-  ASSERT_TRUE(self.ok()) << self.status();
-  DraftModelOptions options;
-  options.shape = DraftShape::kChain;
-  DraftModelDrafterFactory draft_model(*std::move(self), options);
+  const auto self = SelfDrafter(DraftShape::kChain);
+  ASSERT_NE(self, nullptr);
   const FeatureSpec reads_0{{0}, c.hidden_size, c.num_layers, c.vocab_size};
   FeatureSpec reads_1 = reads_0;
   reads_1.layers = {1};
-  RecordingFactory recording(&draft_model, reads_1);
+  RecordingFactory recording(self.get(), reads_1);
   DrafterPoolInfo pool{1, SpecLimits{16, 8, 16}, {DrafterKind::kDraftModel, DrafterKind::kDflash}};
   pool.default_kind = DrafterKind::kDflash;
   // Drafters of the kind that read other layers, or serve another target, add theirs / none.
@@ -810,30 +883,10 @@ TEST_F(EngineTest, AFeatureDrafterIsSentTheFeaturesOfEveryContextToken) {
 
     // The context the session was given: the prompt, then every commit's tokens; a row for
     // each token but the last.
-    const DraftContext& got = recording.log();
-    const int tokens = static_cast<int>(got.tokens.size());
-    ASSERT_GT(tokens, static_cast<int>(r.prompt.size()) + 8);
+    ASSERT_GT(recording.log().tokens.size(), r.prompt.size() + 8);
     std::vector<int32_t> context = r.prompt;
     context.insert(context.end(), out.token_ids.begin(), out.token_ids.end());
-    ASSERT_LE(got.tokens.size(), context.size());
-    ASSERT_TRUE(std::equal(got.tokens.begin(), got.tokens.end(), context.begin()));
-    ASSERT_EQ(got.features.rows, tokens - 1);
-    ASSERT_EQ(got.features.width, 2 * c.hidden_size);
-    // The reference: a plain prefill of those tokens capturing the same layers.
-    auto reference_model = LoadCpuCausalLm(*target_dir_, lm);
-    ASSERT_TRUE(reference_model.ok()) << reference_model.status();
-    CausalLm& ref = **reference_model;
-    ASSERT_TRUE(ref.SetFeatureLayers({0, 1}).ok());
-    SeqTree chain;
-    chain.seq = ref.CreateSequence();
-    chain.tokens.assign(got.tokens.begin(), got.tokens.end() - 1);
-    for (int i = 0; i < tokens - 1; ++i) chain.parents.push_back(i - 1);
-    StepSpec spec;
-    spec.prefill = true;
-    spec.capture_features = true;
-    auto step = ref.VerifyStep({chain}, {spec});
-    ASSERT_TRUE(step.ok()) << step.status();
-    EXPECT_LE(testing::WorstFeatureError(got.features, (*step)[0].features, c.hidden_size), 0.02);
+    ExpectTheFeaturesOfAPrefill(recording.log(), context, {0, 1});
   }
 
   // A kind that reads tokens only is sent none.

@@ -222,6 +222,7 @@ absl::StatusOr<std::unique_ptr<DraftSession>> RecordingFactory::NewSession() {
 
 std::unique_ptr<DraftStream> DelayedDraftSource::Open(const DraftOpenParams& params,
                                                       std::function<void()> on_arrival) {
+  ++opened_;
   absl::StatusOr<std::unique_ptr<DraftSession>> session = factory_->NewSession();
   if (!session.ok() || !(*session)->Append(TokenContext(params.prompt)).ok()) return nullptr;
   return std::make_unique<DelayedDraftStream>(*std::move(session), params.limits, delay_,

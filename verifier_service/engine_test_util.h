@@ -3,6 +3,7 @@
 #ifndef TREESPEC_VERIFIER_SERVICE_ENGINE_TEST_UTIL_H_
 #define TREESPEC_VERIFIER_SERVICE_ENGINE_TEST_UTIL_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <filesystem>
 #include <functional>
@@ -70,19 +71,24 @@ class ScriptedDraftSource final : public DraftSource {
 };
 
 // A real drafter session whose trees arrive `delay(step)` after each commit, on another thread,
-// like a remote drafter that is slow for a while.
+// like a remote drafter that is slow for a while; behind a pool that has stated `pool`. Counts
+// the sessions opened.
 class DelayedDraftSource final : public DraftSource {
  public:
   using DelayFn = std::function<absl::Duration(int64_t step)>;
-  DelayedDraftSource(DrafterFactory* factory, DelayFn delay)
-      : factory_(factory), delay_(std::move(delay)) {}
+  DelayedDraftSource(DrafterFactory* factory, DelayFn delay, DrafterPoolInfo pool = {})
+      : factory_(factory), delay_(std::move(delay)), pool_(std::move(pool)) {}
   std::unique_ptr<DraftStream> Open(const DraftOpenParams& params,
                                     std::function<void()> on_arrival) override;
   std::string target() const override { return "delayed"; }
+  DrafterPoolInfo PoolInfo() const override { return pool_; }
+  int opened() const { return opened_; }
 
  private:
   DrafterFactory* factory_;
   DelayFn delay_;
+  DrafterPoolInfo pool_;
+  std::atomic<int> opened_ = 0;
 };
 
 // A local drafter behind a pool that has stated `pool`, as GrpcDraftSource learns it from its

@@ -12,6 +12,10 @@ int SpeculationGate::Bucket(int running) {
   return bucket;
 }
 
+int SpeculationGate::EpochSteps(int running) {
+  return std::max(kMinEpochSteps, kEpochStepsPerRequest * running);
+}
+
 SpeculationGate::Key SpeculationGate::KeyOf(DraftSourceKind kind, int running) {
   return {DraftSourceIndex(kind), Bucket(running)};
 }
@@ -25,58 +29,81 @@ bool SpeculationGate::WantsTree(DraftSourceKind kind, int running) const {
   return fresh.tree;
 }
 
-bool SpeculationGate::Observe(DraftSourceKind kind, int running, bool asked_tree, int tokens,
-                              absl::Time start, absl::Time end, double excluded_ms) {
-  const double cycle_ms = absl::ToDoubleMilliseconds(end - start) - excluded_ms;
-  if (!(cycle_ms > 0) || tokens < 1) return false;
+bool SpeculationGate::ObserveStep(DraftSourceKind kind, int running,
+                                  absl::Span<const Choice> choices, int tokens, absl::Time start,
+                                  absl::Time end) {
+  if (start == absl::InfinitePast() || !(end > start) || tokens < 1) return false;
   const Key key = KeyOf(kind, running);
   auto [it, inserted] = states_.try_emplace(key);
   State& s = it->second;
   if (inserted) StartFromNeighbour(key, s);
-  // Decided before the last switch, or run partly beside requests that were.
-  if (asked_tree != s.tree || start < s.switched) return false;
-  Arm& arm = s.arms[asked_tree ? 1 : 0];
-  const double decay = 1 - (1 - kDecay) / std::max(1, running);
-  arm.tokens = decay * arm.tokens + tokens;
-  arm.ms = decay * arm.ms + cycle_ms;
-  arm.weight = decay * arm.weight + 1;
-  ++arm.samples;
-  ++s.epoch_samples;
+  // Some request ran on a choice made before the last switch (or in another bucket).
+  for (const Choice& c : choices) {
+    if (c.tree != s.tree || c.at < s.switched) return false;
+  }
+  const double ms = absl::ToDoubleMilliseconds(end - start);
+  s.epoch.tokens += tokens;
+  s.epoch.ms += ms;
+  ++s.epoch.steps;
+  if (s.epoch.steps < EpochSteps(running)) return false;
+
+  Arm& ran = s.arms[s.tree ? 1 : 0];
+  const double keep = ran.estimated ? 0 : kEpochDecay;
+  ran.sums.tokens = keep * ran.sums.tokens + s.epoch.tokens;
+  ran.sums.ms = keep * ran.sums.ms + s.epoch.ms;
+  ran.sums.steps = static_cast<int>(keep * ran.sums.steps) + s.epoch.steps;
+  ran.estimated = false;
+  ++ran.epochs;
+  Arm& other = s.arms[s.tree ? 0 : 1];
+  if (other.epochs == 0 && s.neighbour_ratio > 0) {
+    other.sums = s.epoch;
+    other.sums.tokens *= s.tree ? 1 / s.neighbour_ratio : s.neighbour_ratio;
+    other.epochs = 1;
+    other.estimated = true;
+  }
+  const double epoch_ms = s.epoch.ms;
+  s.epoch = {};
   const Arm& plain = s.arms[0];
   const Arm& tree = s.arms[1];
-  const int epoch = std::max(kMinSamples, kEpochSteps * running);
-  auto use = [&s, end](bool tree_arm) {
-    if (s.tree == tree_arm) return false;
-    s.epoch_samples = 0;
-    s.tree = tree_arm;
-    s.switched = end;
-    return true;
-  };
-  if (tree.samples < epoch) return use(true);
-  if (plain.samples < epoch) return use(false);
-  const bool better = tree.rate() >= plain.rate();
-  if (s.tree != better) {
-    // A probe (or an arm that has just fallen behind): one epoch, then the better one.
-    return s.epoch_samples >= epoch && use(better);
+  bool next = s.tree;
+  if (tree.epochs == 0) {
+    next = true;
+  } else if (plain.epochs == 0) {
+    next = false;
+  } else {
+    const bool better = tree.rate() >= plain.rate();
+    next = better;  // after a probe, or an arm that has fallen behind: the better one
+    if (s.tree == better) {
+      s.exploited_ms += epoch_ms;
+      const Arm& worse = s.arms[better ? 0 : 1];
+      const double gap = 1 - worse.rate() / s.arms[better ? 1 : 0].rate();
+      const double wait_ms = kProbeRatio * std::clamp(gap / kWideGap, 0.1, 1.0) *
+                             EpochSteps(running) * worse.step_ms();
+      if (s.exploited_ms >= wait_ms) {
+        s.exploited_ms = 0;
+        next = !better;
+      }
+    }
   }
-  s.exploited_ms += cycle_ms;
-  const double probe_ms = epoch * s.arms[better ? 0 : 1].mean_ms();
-  if (s.exploited_ms < kProbeRatio * probe_ms) return false;
-  s.exploited_ms = 0;
-  return use(!better);
+  if (next == s.tree) return false;
+  s.tree = next;
+  s.switched = end;
+  return true;
 }
 
 void SpeculationGate::StartFromNeighbour(Key key, State& s) const {
-  // The nearest load of the same kind that has measured both arms, the lower one first.
-  for (int d = 1; d < 64; ++d) {
+  // The nearest load of the same kind that has measured both arms, the lower one first, up to
+  // kNeighbourBuckets away (4× the load or a quarter): further the verdict may well differ.
+  for (int d = 1; d <= kNeighbourBuckets; ++d) {
     for (const int bucket : {key.second - d, key.second + d}) {
       const auto it = states_.find({key.first, bucket});
-      if (it == states_.end() || it->second.arms[0].samples == 0 ||
-          it->second.arms[1].samples == 0) {
+      if (it == states_.end() || it->second.arms[0].rate() <= 0 ||
+          it->second.arms[1].rate() <= 0) {
         continue;
       }
-      s.arms = it->second.arms;
-      s.tree = s.arms[1].rate() >= s.arms[0].rate();
+      const std::array<Arm, 2>& there = it->second.arms;
+      s.neighbour_ratio = there[1].rate() / there[0].rate();
+      s.tree = s.neighbour_ratio >= 1;
       return;
     }
   }
@@ -92,10 +119,10 @@ std::string SpeculationGate::Describe(DraftSourceKind kind, int running) const {
   const auto it = states_.find(key);
   if (it == states_.end()) return "";
   const State& s = it->second;
-  return absl::StrFormat("%s load<=%d: tree %.3f tok/ms (%d), plain %.3f tok/ms (%d), using %s",
-                         DraftSourceName(key.first), 1 << key.second, s.arms[1].rate(),
-                         s.arms[1].samples, s.arms[0].rate(), s.arms[0].samples,
-                         s.tree ? "tree" : "plain");
+  return absl::StrFormat(
+      "%s load<=%d: tree %.3f tok/ms (%d epochs), plain %.3f tok/ms (%d epochs), using %s",
+      DraftSourceName(key.first), 1 << key.second, s.arms[1].rate(), s.arms[1].epochs,
+      s.arms[0].rate(), s.arms[0].epochs, s.tree ? "tree" : "plain");
 }
 
 }  // namespace treespec

@@ -8,19 +8,24 @@
 // plain decoding however well the nodes are chosen — the tiny pair on a GPU verifies a step in
 // ~0.2 ms, less than one drafter round trip.
 //
-// So the gate measures what each choice actually delivers: per drafter kind and load bucket
-// (running requests, in powers of two; a new bucket starts from its nearest measured one), the
-// tokens a request gained per millisecond between its consecutive verify steps, with a tree asked
-// for ("tree" arm) and without ("plain" arm), as exponentially decayed sums that remember about ten
-// steps of every running request. All requests of a bucket use the same arm at a time: one request
-// waiting for its tree delays the steps of the others, so an arm is only measured cleanly when
-// every request runs it, and a step whose interval began before the last switch is left out. (The
-// engine takes out of each interval what prompts prefilled meanwhile added: it depends on neither
-// arm.) The gate first runs the tree arm for an epoch, then the plain arm as long, then the better
-// one; it probes the other for one epoch once the better one has run kProbeRatio times that epoch's
-// expected time, so that a probe costs at most ~1 / kProbeRatio of the throughput and a change
-// (load, acceptance, a drafter that sped up) is noticed. An epoch is kEpochSteps steps of every
-// running request, at least kMinSamples. Engine thread only.
+// So the gate measures what each choice delivers, per drafter kind and load bucket (running
+// requests, in powers of two): the throughput itself, tokens that the kind's auto requests
+// gained per wall millisecond of the engine's steps, with trees asked for ("tree" arm) and
+// without ("plain" arm). All requests of a bucket use the same arm at a time — one request
+// waiting for its tree delays the others' steps, so an arm is only measured cleanly when every
+// request runs it — and a step in which some request still runs on a choice made before the
+// last switch is left out. Prefills are part of both arms alike (in a closed loop they come
+// with every finished request), so they are measured, not modelled.
+//
+// The gate runs the tree arm for an epoch (kMinEpochSteps steps, kEpochStepsPerRequest per
+// running request if more), then the plain arm as long, then the better one. It probes the
+// other arm for one epoch once the better one has run long enough: kProbeRatio times that
+// epoch's expected time while they differ by kWideGap or more, proportionally sooner when they
+// are closer (down to a tenth), so that a probe costs at most ~kWideGap / kProbeRatio of the
+// throughput and a close call, or a change (load, acceptance, a drafter that sped up), is
+// noticed soon. Each arm's figure is its epochs' tokens and time, halved every newer epoch. A
+// load seen for the first time starts from its nearest measured one's verdict (the ratio of the
+// two arms there). Engine thread only.
 #ifndef TREESPEC_VERIFIER_SERVICE_SPECULATION_GATE_H_
 #define TREESPEC_VERIFIER_SERVICE_SPECULATION_GATE_H_
 
@@ -30,57 +35,77 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "verifier_service/tree_selection.h"
 
 namespace treespec {
 
 class SpeculationGate {
  public:
-  static constexpr int kMinSamples = 8;
-  static constexpr int kEpochSteps = 1;
+  static constexpr int kMinEpochSteps = 16;
+  static constexpr int kEpochStepsPerRequest = 2;
   static constexpr double kProbeRatio = 50;
-  // With one request running, each observation keeps this share of its arm's old sums (about
-  // ten steps of memory); with n running, 1 - (1 - kDecay) / n.
-  static constexpr double kDecay = 0.9;
+  static constexpr double kWideGap = 0.25;
+  static constexpr double kEpochDecay = 0.5;
+  static constexpr int kNeighbourBuckets = 2;
 
   // The load bucket of `running` requests: 0 for 1, 1 for 2, 2 for 3–4, 3 for 5–8, ...
   static int Bucket(int running);
+  // Steps of an epoch with `running` requests running.
+  static int EpochSteps(int running);
 
   // Whether the next step of a request of `kind`, with `running` requests running, asks for a
   // tree: the bucket's current arm.
   bool WantsTree(DraftSourceKind kind, int running) const;
-  // A verify step of such a request, decided with `running` running: whether it had asked for
-  // a tree, the tokens it emitted, and the interval from its previous step's forward end to
-  // this one's, less `excluded_ms` of it (time that depended on neither arm: prompts prefilled
-  // meanwhile). May switch the bucket's arm: returns whether it did.
-  bool Observe(DraftSourceKind kind, int running, bool asked_tree, int tokens, absl::Time start,
-               absl::Time end, double excluded_ms = 0);
 
-  // Tokens per millisecond of an arm so far; 0 before its first sample.
+  // A request's choice: whether it asked for a tree, and when it chose.
+  struct Choice {
+    bool tree = true;
+    absl::Time at;
+  };
+  // A verify step that ran from `start` (the previous step's end; InfinitePast when the engine
+  // was idle before it, which is not scored) to `end` with `running` requests running, in
+  // which the auto requests of `kind` gained `tokens`; `choices` are those of them that chose
+  // an arm for it (a prefill has none). May switch the bucket's arm, as of `end`: returns
+  // whether it did.
+  bool ObserveStep(DraftSourceKind kind, int running, absl::Span<const Choice> choices, int tokens,
+                   absl::Time start, absl::Time end);
+
+  // Tokens per millisecond of an arm so far; 0 before its first epoch.
   double Rate(DraftSourceKind kind, int running, bool tree) const;
-  // (kind, running)'s bucket: "kind load<=N: tree X tok/ms (n), plain Y tok/ms (n), using A";
-  // empty before its first step.
+  // (kind, running)'s bucket: "kind load<=N: tree X tok/ms (n epochs), plain Y tok/ms (n
+  // epochs), using A"; empty before its first step.
   std::string Describe(DraftSourceKind kind, int running) const;
 
  private:
+  struct Sums {
+    double tokens = 0, ms = 0;
+    int steps = 0;
+  };
   struct Arm {
-    double tokens = 0, ms = 0, weight = 0;  // decayed sums (weight: of the samples, each 1)
-    int samples = 0;
-    double rate() const { return ms > 0 ? tokens / ms : 0; }
-    double mean_ms() const { return weight > 0 ? ms / weight : 0; }  // of one step
+    Sums sums;  // of its epochs, decayed
+    int epochs = 0;
+    // Not measured at this load: the other arm's first epoch here, scaled by the two arms'
+    // ratio at the neighbouring load this one started from. The first real epoch replaces it.
+    bool estimated = false;
+    double rate() const { return sums.ms > 0 ? sums.tokens / sums.ms : 0; }
+    double step_ms() const { return sums.steps > 0 ? sums.ms / sums.steps : 0; }
   };
   struct State {
     std::array<Arm, 2> arms;  // [0] plain, [1] tree
     bool tree = true;         // the arm in use
-    int epoch_samples = 0;    // samples of it since it was switched to
+    Sums epoch;               // of the arm in use since its epoch began
     double exploited_ms = 0;  // time on the better arm since the last probe
     absl::Time switched = absl::InfinitePast();
+    // Tree rate / plain rate at the load this one started from; 0 when it started afresh.
+    double neighbour_ratio = 0;
   };
   using Key = std::pair<int, int>;  // (kind index, bucket)
   static Key KeyOf(DraftSourceKind kind, int running);
-  // A load seen for the first time starts with the sums (and so the arm) of the nearest load
-  // of its kind that has measured both arms, if any: its own steps then refine the arm in use
-  // and the probes the other, instead of exploring both from nothing.
+  // A load seen for the first time starts with the arm that was better at the nearest load of
+  // its kind that has measured both, if one is near, and their ratio there: rates scale with the load,
+  // ratios change slowly with it. Its first epoch then estimates the other arm by that ratio,
+  // and probes measure it, instead of exploring both from nothing.
   void StartFromNeighbour(Key key, State& s) const;
 
   absl::flat_hash_map<Key, State> states_;

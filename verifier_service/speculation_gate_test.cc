@@ -1,6 +1,7 @@
 #include "verifier_service/speculation_gate.h"
 
 #include <random>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -9,36 +10,44 @@ namespace {
 
 constexpr DraftSourceKind kDraftModel = DrafterKind::kDraftModel;
 
-// A request that speculates gains `tree_tokens` per `tree_ms`, one that does not 1 token per
-// `plain_ms` (±10 % noise); runs `steps` decisions and returns the share of time spent with a
-// tree, and the tokens per ms achieved.
 // The simulated clock.
 double clock_ms = 0;
 absl::Time Now() { return absl::UnixEpoch() + absl::Milliseconds(clock_ms); }
 
-// One step of `ms` ending now on the simulated clock.
-bool Step(SpeculationGate& gate, int running, bool tree, int tokens, double ms) {
-  const absl::Time start = Now();
-  clock_ms += ms;
-  return gate.Observe(kDraftModel, running, tree, tokens, start, Now());
-}
+// One step of `ms` in which `running` requests that all chose `tree` at the previous step's end
+// gained `tokens`; the gate is told, and the requests choose again.
+struct Sim {
+  SpeculationGate gate;
+  absl::Time last_end = absl::InfinitePast();
+  absl::Time chose_at = absl::InfinitePast();
 
+  bool Step(int running, bool tree, int tokens, double ms) {
+    const absl::Time start = last_end;  // InfinitePast first: an idle engine's first step
+    clock_ms += ms;
+    const std::vector<SpeculationGate::Choice> choices(running, {tree, chose_at});
+    const bool switched = gate.ObserveStep(kDraftModel, running, choices, tokens, start, Now());
+    last_end = chose_at = Now();
+    return switched;
+  }
+};
+
+// Each request gains `tree_tokens` per step of `tree_ms` with trees, 1 per `plain_ms` without
+// (±10 % noise); runs `steps` steps and returns the share of time spent with trees, and the
+// tokens per ms achieved.
 struct Outcome {
   double tree_time_share = 0;
   double rate = 0;
 };
-Outcome Simulate(SpeculationGate& gate, int running, double tree_tokens, double tree_ms,
-                 double plain_ms, int steps, uint32_t seed = 1) {
+Outcome Simulate(Sim& sim, int running, double tree_tokens, double tree_ms, double plain_ms,
+                 int steps, uint32_t seed = 1) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> noise(0.9, 1.1);
   double tree_time = 0, time = 0, tokens = 0;
   for (int i = 0; i < steps; ++i) {
-    const bool tree = gate.WantsTree(kDraftModel, running);
+    const bool tree = sim.gate.WantsTree(kDraftModel, running);
     const double ms = (tree ? tree_ms : plain_ms) * noise(rng);
-    const int got = tree ? static_cast<int>(tree_tokens * noise(rng) + 0.5) : 1;
-    const absl::Time start = Now();
-    clock_ms += ms;
-    gate.Observe(kDraftModel, running, tree, got, start, Now());
+    const int got = tree ? static_cast<int>(running * tree_tokens * noise(rng) + 0.5) : running;
+    sim.Step(running, tree, got, ms);
     time += ms;
     tokens += got;
     if (tree) tree_time += ms;
@@ -53,97 +62,118 @@ TEST(SpeculationGateTest, BucketsArePowersOfTwo) {
   EXPECT_EQ(SpeculationGate::Bucket(4), 2);
   EXPECT_EQ(SpeculationGate::Bucket(5), 3);
   EXPECT_EQ(SpeculationGate::Bucket(64), 6);
+  EXPECT_EQ(SpeculationGate::EpochSteps(1), SpeculationGate::kMinEpochSteps);
+  EXPECT_EQ(SpeculationGate::EpochSteps(64), 64 * SpeculationGate::kEpochStepsPerRequest);
 }
 
 TEST(SpeculationGateTest, TriesTheTreeFirstThenPlain) {
-  SpeculationGate gate;
-  for (int i = 0; i < SpeculationGate::kMinSamples; ++i) {
-    ASSERT_TRUE(gate.WantsTree(kDraftModel, 1));
-    EXPECT_EQ(Step(gate, 1, true, 3, 1.0), i == SpeculationGate::kMinSamples - 1);
+  Sim sim;
+  const int epoch = SpeculationGate::EpochSteps(1);
+  sim.Step(1, true, 1, 1.0);  // the first step after idle: no interval, not scored
+  for (int i = 0; i < epoch; ++i) {
+    ASSERT_TRUE(sim.gate.WantsTree(kDraftModel, 1));
+    EXPECT_EQ(sim.Step(1, true, 3, 1.0), i == epoch - 1);
   }
-  for (int i = 0; i < SpeculationGate::kMinSamples; ++i) {
-    ASSERT_FALSE(gate.WantsTree(kDraftModel, 1));
-    Step(gate, 1, false, 1, 1.0);
+  for (int i = 0; i < epoch; ++i) {
+    ASSERT_FALSE(sim.gate.WantsTree(kDraftModel, 1));
+    sim.Step(1, false, 1, 1.0);
   }
-  EXPECT_NEAR(gate.Rate(kDraftModel, 1, true), 3.0, 1e-9);
-  EXPECT_NEAR(gate.Rate(kDraftModel, 1, false), 1.0, 1e-9);
-  EXPECT_TRUE(gate.WantsTree(kDraftModel, 1));
+  EXPECT_NEAR(sim.gate.Rate(kDraftModel, 1, true), 3.0, 1e-9);
+  EXPECT_NEAR(sim.gate.Rate(kDraftModel, 1, false), 1.0, 1e-9);
+  EXPECT_TRUE(sim.gate.WantsTree(kDraftModel, 1));
 }
 
 // A drafter whose round trip costs more than its accepted tokens save (the tiny pair on a GPU):
 // the gate settles on plain steps and spends only its probes on trees.
 TEST(SpeculationGateTest, SettlesOnPlainWhenWaitingForTreesLoses) {
-  SpeculationGate gate;
+  Sim sim;
   // A tree: 3 tokens per 1.2 ms (0.2 ms step + 1 ms round trip); plain: 1 per 0.2 ms.
-  const Outcome o = Simulate(gate, 1, 3, 1.2, 0.2, 5000);
+  const Outcome o = Simulate(sim, 1, 3, 1.2, 0.2, 20000);
   EXPECT_LT(o.tree_time_share, 0.05);
-  EXPECT_GT(o.rate, 0.95 * (1 / 0.2));
-  EXPECT_LT(gate.Rate(kDraftModel, 1, true), gate.Rate(kDraftModel, 1, false));
+  EXPECT_GT(o.rate, 0.97 * (1 / 0.2));
+  EXPECT_LT(sim.gate.Rate(kDraftModel, 1, true), sim.gate.Rate(kDraftModel, 1, false));
 }
 
 TEST(SpeculationGateTest, SettlesOnTreesWhenTheyPay) {
-  SpeculationGate gate;
+  Sim sim;
   // A tree: 4 tokens per 6 ms (an 8B target's step + a replayed draft); plain: 1 per 5 ms.
-  const Outcome o = Simulate(gate, 1, 4, 6, 5, 5000);
+  const Outcome o = Simulate(sim, 1, 4, 6, 5, 5000);
   EXPECT_GT(o.tree_time_share, 0.97);
   EXPECT_GT(o.rate, 0.97 * (4.0 / 6));
 }
 
+// Arms 5 % apart: the better one is found through the noise, and the close call is rechecked
+// more often than a wide one, at little cost.
+TEST(SpeculationGateTest, ACloseCallIsFoundAndRecheckedCheaply) {
+  Sim sim;
+  // Plain: 1 token per 1 ms; trees: 1.05 per 1 ms.
+  const Outcome o = Simulate(sim, 8, 1.05, 1.0, 1.0, 40000);
+  EXPECT_GT(o.tree_time_share, 0.85);
+  EXPECT_GT(o.rate, 0.995 * 8 * 1.0);
+  EXPECT_GT(sim.gate.Rate(kDraftModel, 8, true), sim.gate.Rate(kDraftModel, 8, false));
+}
+
 // The probes notice a change: the drafter speeds up, and the gate moves to trees.
 TEST(SpeculationGateTest, ProbesFollowAChange) {
-  SpeculationGate gate;
-  Simulate(gate, 4, 3, 1.2, 0.2, 2000);
-  const Outcome after = Simulate(gate, 4, 3, 0.3, 0.2, 20000, 2);
-  EXPECT_GT(after.rate, 0.9 * (3 / 0.3));
+  Sim sim;
+  Simulate(sim, 4, 3, 1.2, 0.2, 2000);
+  const Outcome after = Simulate(sim, 4, 3, 0.3, 0.2, 40000, 2);
+  EXPECT_GT(after.rate, 0.9 * 4 * (3 / 0.3));
 }
 
 TEST(SpeculationGateTest, LoadsAndKindsAreKeptApart) {
-  SpeculationGate gate;
-  Simulate(gate, 1, 4, 6, 5, 500);     // trees pay at batch 1
-  Simulate(gate, 64, 1.1, 9, 5, 500);  // not at 64
-  EXPECT_GT(gate.Rate(kDraftModel, 1, true), gate.Rate(kDraftModel, 1, false));
-  EXPECT_LT(gate.Rate(kDraftModel, 64, true), gate.Rate(kDraftModel, 64, false));
-  EXPECT_EQ(gate.Rate(DrafterKind::kNgram, 1, true), 0);
-  EXPECT_NE(gate.Describe(kDraftModel, 64).find("draft_model load<=64"), std::string::npos);
-  EXPECT_EQ(gate.Describe(DrafterKind::kNgram, 64), "");
+  Sim sim;
+  Simulate(sim, 1, 4, 6, 5, 500);      // trees pay at batch 1
+  Simulate(sim, 64, 1.1, 9, 5, 2000);  // not at 64
+  EXPECT_GT(sim.gate.Rate(kDraftModel, 1, true), sim.gate.Rate(kDraftModel, 1, false));
+  EXPECT_LT(sim.gate.Rate(kDraftModel, 64, true), sim.gate.Rate(kDraftModel, 64, false));
+  EXPECT_EQ(sim.gate.Rate(DrafterKind::kNgram, 1, true), 0);
+  EXPECT_NE(sim.gate.Describe(kDraftModel, 64).find("draft_model load<=64"), std::string::npos);
+  EXPECT_EQ(sim.gate.Describe(DrafterKind::kNgram, 64), "");
 }
 
-// Every request of a bucket runs the arm in use; steps a request decided before a switch do
-// not count for the new arm.
-TEST(SpeculationGateTest, StepsDecidedBeforeASwitchAreLeftOut) {
-  SpeculationGate gate;
-  const absl::Time before = Now();
-  for (int i = 0; i < SpeculationGate::kMinSamples; ++i) Step(gate, 2, true, 2, 1.0);
-  ASSERT_FALSE(gate.WantsTree(kDraftModel, 2)) << "the plain arm's turn";
-  Step(gate, 2, true, 50, 1.0);  // a tree asked before the switch
-  EXPECT_NEAR(gate.Rate(kDraftModel, 2, true), 2.0, 1e-9);
-  // A plain step whose interval began before the switch (beside requests still waiting for
-  // their trees) is left out too.
+// Every request of a bucket runs the arm in use; a step in which one still runs on a choice
+// made before a switch does not count for the new arm.
+TEST(SpeculationGateTest, StepsOnChoicesFromBeforeASwitchAreLeftOut) {
+  Sim sim;
+  sim.Step(2, true, 2, 1.0);
+  for (int i = 0; i < SpeculationGate::EpochSteps(2); ++i) sim.Step(2, true, 2, 1.0);
+  ASSERT_FALSE(sim.gate.WantsTree(kDraftModel, 2)) << "the plain arm's turn";
+  const absl::Time before = Now() - absl::Milliseconds(1);
+  // One request chose plain at the switch, the other a tree a step earlier.
+  const absl::Time start = sim.last_end;
   clock_ms += 1;
-  gate.Observe(kDraftModel, 2, false, 1, before, Now());
-  EXPECT_EQ(gate.Rate(kDraftModel, 2, false), 0);
-  Step(gate, 2, false, 1, 0.5);
-  EXPECT_NEAR(gate.Rate(kDraftModel, 2, false), 2.0, 1e-9);
-  EXPECT_FALSE(gate.WantsTree(kDraftModel, 2));
+  const std::vector<SpeculationGate::Choice> mixed = {{false, sim.chose_at}, {true, before}};
+  sim.gate.ObserveStep(kDraftModel, 2, mixed, 50, start, Now());
+  // A plain choice made before the switch (the bucket had been plain earlier) is left out too.
+  const std::vector<SpeculationGate::Choice> stale = {{false, sim.chose_at}, {false, before}};
+  sim.gate.ObserveStep(kDraftModel, 2, stale, 50, Now(), Now() + absl::Milliseconds(1));
+  clock_ms += 1;
+  sim.last_end = Now();
+  for (int i = 0; i < SpeculationGate::EpochSteps(2); ++i) sim.Step(2, false, 1, 0.5);
+  EXPECT_NEAR(sim.gate.Rate(kDraftModel, 2, true), 2.0, 1e-9);
+  EXPECT_NEAR(sim.gate.Rate(kDraftModel, 2, false), 2.0, 1e-9) << "the 50-token steps left out";
 }
 
 // A load seen for the first time starts from the nearest measured one: no tree epoch where the
-// neighbouring load found plain steps better.
+// neighbouring load found plain steps far better.
 TEST(SpeculationGateTest, ANewLoadStartsFromTheNearestMeasuredOne) {
-  SpeculationGate gate;
-  Simulate(gate, 4, 3, 1.2, 0.2, 200);  // plain wins at load 3-4
-  EXPECT_FALSE(gate.WantsTree(kDraftModel, 8));
-  EXPECT_FALSE(gate.WantsTree(kDraftModel, 2));
-  EXPECT_TRUE(gate.WantsTree(DrafterKind::kNgram, 8)) << "another kind starts with trees";
-  const Outcome o = Simulate(gate, 8, 3, 1.2, 0.2, 200);
+  Sim sim;
+  Simulate(sim, 4, 3, 1.2, 0.2, 200);  // plain wins at load 3-4
+  EXPECT_FALSE(sim.gate.WantsTree(kDraftModel, 8));
+  EXPECT_FALSE(sim.gate.WantsTree(kDraftModel, 2));
+  EXPECT_TRUE(sim.gate.WantsTree(DrafterKind::kNgram, 8)) << "another kind starts with trees";
+  const Outcome o = Simulate(sim, 8, 3, 1.2, 0.2, 200);
   EXPECT_EQ(o.tree_time_share, 0);
 }
 
 TEST(SpeculationGateTest, IgnoresEmptyObservations) {
   SpeculationGate gate;
-  Step(gate, 1, true, 3, 0);
-  Step(gate, 1, true, 0, 1);
-  EXPECT_EQ(gate.Rate(kDraftModel, 1, true), 0);
+  const absl::Time t = Now();
+  EXPECT_FALSE(gate.ObserveStep(kDraftModel, 1, {}, 3, absl::InfinitePast(), t));
+  EXPECT_FALSE(gate.ObserveStep(kDraftModel, 1, {}, 3, t, t));
+  EXPECT_FALSE(gate.ObserveStep(kDraftModel, 1, {}, 0, t - absl::Milliseconds(1), t));
+  EXPECT_EQ(gate.Describe(kDraftModel, 1), "") << "nothing recorded";
 }
 
 }  // namespace
