@@ -45,6 +45,68 @@ SeqTree ProfileTree(SeqId seq, int committed_len, int drafted, int vocab) {
   return tree;
 }
 
+// The order a pair times the drafted points 0 .. last: both ends, then the middles of the
+// spans between timed points, breadth first. A pair cut short by its time share still spans
+// the whole axis (a step's cost is flat while the GEMMs stream the weights, then grows with
+// the rows: timing only the small trees and extending them would miss that bend).
+std::vector<size_t> CoarseToFine(size_t last) {
+  std::vector<size_t> order = {0};
+  if (last == 0) return order;
+  order.push_back(last);
+  std::vector<std::pair<size_t, size_t>> spans = {{0, last}};
+  for (size_t next = 0; next < spans.size(); ++next) {
+    const auto [lo, hi] = spans[next];
+    if (hi - lo < 2) continue;
+    const size_t mid = (lo + hi) / 2;
+    order.push_back(mid);
+    spans.push_back({lo, mid});
+    spans.push_back({mid, hi});
+  }
+  return order;
+}
+
+// The (batch bi, context ci) pair's drafted points that were not timed: those between two timed
+// points by the straight line between them; those past the last timed point (above
+// max_step_rows, where a step's cost is linear in its rows) by the least-squares slope of the
+// last (up to) four timed points, never decreasing: one noisy point cannot bend the extension
+// as a two-point slope would.
+void FillUntimed(const StepCostGrid& grid, size_t bi, size_t ci, const std::vector<bool>& timed,
+                 std::vector<double>& ms) {
+  auto at = [&](size_t di) -> double& { return ms[grid.Index(bi, di, ci)]; };
+  std::vector<size_t> points;
+  for (size_t di = 0; di < timed.size(); ++di) {
+    if (timed[di]) points.push_back(di);
+  }
+  for (size_t k = 0; k + 1 < points.size(); ++k) {
+    const size_t lo = points[k], hi = points[k + 1];
+    const double d_lo = grid.drafted[lo], d_hi = grid.drafted[hi];
+    for (size_t di = lo + 1; di < hi; ++di) {
+      at(di) = at(lo) + (at(hi) - at(lo)) * (grid.drafted[di] - d_lo) / (d_hi - d_lo);
+    }
+  }
+  const size_t last = points.back();
+  if (last + 1 == timed.size()) return;
+  const size_t first_fit = points.size() > 4 ? points.size() - 4 : 0;
+  double mean_d = 0, mean_v = 0;
+  for (size_t k = first_fit; k < points.size(); ++k) {
+    mean_d += grid.drafted[points[k]];
+    mean_v += at(points[k]);
+  }
+  const double n = static_cast<double>(points.size() - first_fit);
+  mean_d /= n;
+  mean_v /= n;
+  double sdv = 0, sdd = 0;
+  for (size_t k = first_fit; k < points.size(); ++k) {
+    const double dd = grid.drafted[points[k]] - mean_d;
+    sdv += dd * (at(points[k]) - mean_v);
+    sdd += dd * dd;
+  }
+  const double slope = sdd > 0 ? std::max(0.0, sdv / sdd) : 0.0;
+  for (size_t di = last + 1; di < timed.size(); ++di) {
+    at(di) = at(last) + slope * (grid.drafted[di] - grid.drafted[last]);
+  }
+}
+
 // Frees the profile's sequences however the profile ends.
 class Sequences {
  public:
@@ -94,7 +156,6 @@ absl::StatusOr<StepCostModel> ProfileStepCost(CausalLm& model,
   const StepCostGrid grid =
       PlanStepCostGrid(options, config.max_position_embeddings, kv.num_pages(), kv.page_size());
   std::vector<double> ms(grid.size(), 0);
-  std::vector<bool> measured(grid.size(), false);
   const Sequences seqs(model, options.max_batch);
   const absl::Duration share = absl::Seconds(options.max_seconds) /
                                static_cast<double>(grid.batch.size() * grid.context.size());
@@ -107,10 +168,18 @@ absl::StatusOr<StepCostModel> ProfileStepCost(CausalLm& model,
         RETURN_IF_ERROR(kv.Reserve(seqs[s], context));
       }
       const absl::Time pair_start = options.now();
-      for (size_t di = 0; di < grid.drafted.size(); ++di) {
+      // The drafted points a step of `batch` may time, coarse to fine.
+      size_t fit = 0;
+      while (fit + 1 < grid.drafted.size() &&
+             batch * (grid.drafted[fit + 1] + 1) <= options.max_step_rows) {
+        ++fit;
+      }
+      std::vector<bool> timed(grid.drafted.size(), false);
+      const std::vector<size_t> order = CoarseToFine(fit);
+      for (size_t k = 0; k < order.size(); ++k) {
+        if (k >= 2 && options.now() - pair_start > share) break;
+        const size_t di = order[k];
         const int drafted = grid.drafted[di];
-        if (batch * (drafted + 1) > options.max_step_rows) break;
-        if (di >= 2 && options.now() - pair_start > share) break;
         std::vector<SeqTree> trees;
         for (int s = 0; s < batch; ++s) {
           trees.push_back(ProfileTree(seqs[s], context, drafted, config.vocab_size));
@@ -125,35 +194,10 @@ absl::StatusOr<StepCostModel> ProfileStepCost(CausalLm& model,
           if (rep > 0) times.push_back(absl::ToDoubleMilliseconds(end - start));
         }
         std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-        const size_t at = grid.Index(bi, di, ci);
-        ms[at] = std::max(times[times.size() / 2], 1e-3);
-        measured[at] = true;
+        ms[grid.Index(bi, di, ci)] = std::max(times[times.size() / 2], 1e-3);
+        timed[di] = true;
       }
-      // Points above max_step_rows or past the time share: the last measured point plus the
-      // least-squares slope of the last (up to) four, never decreasing. One noisy point
-      // cannot bend the extension as a two-point slope would.
-      size_t last = 0;
-      while (last + 1 < grid.drafted.size() && measured[grid.Index(bi, last + 1, ci)]) ++last;
-      if (last + 1 < grid.drafted.size()) {
-        const size_t first = last >= 3 ? last - 3 : 0;
-        double mean_d = 0, mean_v = 0;
-        for (size_t i = first; i <= last; ++i) {
-          mean_d += grid.drafted[i];
-          mean_v += ms[grid.Index(bi, i, ci)];
-        }
-        mean_d /= static_cast<double>(last - first + 1);
-        mean_v /= static_cast<double>(last - first + 1);
-        double sdv = 0, sdd = 0;
-        for (size_t i = first; i <= last; ++i) {
-          sdv += (grid.drafted[i] - mean_d) * (ms[grid.Index(bi, i, ci)] - mean_v);
-          sdd += (grid.drafted[i] - mean_d) * (grid.drafted[i] - mean_d);
-        }
-        const double slope = std::max(0.0, sdv / sdd);
-        const double at_last = ms[grid.Index(bi, last, ci)];
-        for (size_t di = last + 1; di < grid.drafted.size(); ++di) {
-          ms[grid.Index(bi, di, ci)] = at_last + slope * (grid.drafted[di] - grid.drafted[last]);
-        }
-      }
+      FillUntimed(grid, bi, ci, timed, ms);
     }
   }
   for (int s = 0; s < options.max_batch; ++s) model.Truncate(seqs[s], 0);

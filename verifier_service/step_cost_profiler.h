@@ -22,17 +22,18 @@ struct StepCostProfileOptions {
   int max_batch = 16;       // the engine's largest batch
   int max_tree_nodes = 64;  // drafted nodes per sequence, at most (the largest tree served)
   // Rows (bonus + drafted, summed over the batch) of the largest step timed; grid points above
-  // it are extended along the drafted axis by the slope of the largest measured below it (a
+  // it are extended along the drafted axis by the slope of the largest timed below it (a
   // step's cost is linear in its rows there), which keeps the profile to seconds on an 8B model.
   int max_step_rows = 1024;
   // Committed tokens per sequence, at most (also bounded by the context length and the KV
   // cache: every sequence of the largest batch holds this much at once).
   int max_context = 8192;
   int reps = 5;  // timed steps per grid point, after one untimed; the median is kept
-  // Time the whole profile may take, shared equally by the (batch, context) pairs: along the
-  // drafted axis a pair stops once it has used its share (after its first two points), and the
-  // rest of its points are extended as above. On the CPU, where a step costs about its rows,
-  // this is what bounds the profile.
+  // Time the whole profile may take, shared equally by the (batch, context) pairs. A pair times
+  // its drafted points coarse to fine — the smallest and the largest tree that fit, then the
+  // middles between timed points — and stops once it has used its share (after those two);
+  // points it did not time are interpolated between timed neighbours. On the CPU, where a step
+  // costs about its rows, and for the large batches of an 8B model, this is what bounds it.
   double max_seconds = 10;
   std::function<absl::Time()> now = absl::Now;  // the clock (tests pass a fake one)
 };

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -22,10 +23,13 @@ double FakeCost(int batch, int rows, int64_t context) {
   return 0.5 + 0.1 * batch + 0.02 * rows + 0.0005 * context;
 }
 
-// The CPU model with a fake clock: each VerifyStep advances it by FakeCost of its batch.
+// The CPU model with a fake clock: each VerifyStep advances it by `cost` (FakeCost unless
+// given) of its batch.
 class ClockedLm final : public ForwardingCausalLm {
  public:
-  explicit ClockedLm(std::unique_ptr<CausalLm> lm) : ForwardingCausalLm(std::move(lm)) {}
+  using CostFn = std::function<double(int batch, int rows, int64_t context)>;
+  explicit ClockedLm(std::unique_ptr<CausalLm> lm, CostFn cost = FakeCost)
+      : ForwardingCausalLm(std::move(lm)), cost_(std::move(cost)) {}
   absl::StatusOr<std::vector<StepResult>> VerifyStep(absl::Span<const SeqTree> batch,
                                                      absl::Span<const StepSpec> specs) override {
     int rows = 0;
@@ -34,11 +38,12 @@ class ClockedLm final : public ForwardingCausalLm {
       rows += static_cast<int>(t.tokens.size());
       context += t.committed_len;
     }
-    now_ += absl::Milliseconds(FakeCost(static_cast<int>(batch.size()), rows, context));
+    now_ += absl::Milliseconds(cost_(static_cast<int>(batch.size()), rows, context));
     ++steps_;
     return ForwardingCausalLm::VerifyStep(batch, specs);
   }
 
+  CostFn cost_;
   absl::Time now_ = absl::UnixEpoch();
   int steps_ = 0;
 };
@@ -121,6 +126,36 @@ TEST(StepCostProfilerTest, StopsEachPairAtItsShareOfTheTimeBudget) {
       EXPECT_NEAR(model->ms()[g.Index(b, g.drafted.size() - 1, c)],
                   FakeCost(batch, batch * (g.drafted.back() + 1), int64_t{batch} * g.context[c]),
                   1e-9);
+    }
+  }
+}
+
+// A GPU step costs the same while its GEMMs stream the weights, then grows with the rows. With
+// time for only a few points per pair, the profile still times the largest tree that fits and
+// finds the bend between, instead of extending the flat start.
+TEST(StepCostProfilerTest, APairCutShortStillSpansItsTrees) {
+  auto bent = [](int, int rows, int64_t) { return std::max(2.0, 0.05 * rows); };
+  ClockedLm lm(SmallCpuLm(2), bent);
+  StepCostProfileOptions o = ClockedOptions(lm, 2, 64, 1);
+  o.max_step_rows = 130;  // every tree of either batch fits
+  const StepCostGrid g = PlanStepCostGrid(o, lm.config().max_position_embeddings,
+                                          lm.kv_cache().num_pages(), lm.kv_cache().page_size());
+  ASSERT_THAT(g.drafted, ElementsAre(0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64));
+  // About five points' time per pair (two steps each) at batch 2.
+  o.max_seconds = 5 * 2 * 0.002 * static_cast<double>(g.batch.size() * g.context.size());
+  absl::StatusOr<StepCostModel> model = ProfileStepCost(lm, o);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_LT(lm.steps_, static_cast<int>(g.size()) * (o.reps + 1)) << "cut short";
+  for (size_t b = 0; b < g.batch.size(); ++b) {
+    for (size_t c = 0; c < g.context.size(); ++c) {
+      double worst = 0;
+      for (size_t d = 0; d < g.drafted.size(); ++d) {
+        const double truth = bent(g.batch[b], g.batch[b] * (g.drafted[d] + 1), 0);
+        worst = std::max(worst, std::abs(model->ms()[g.Index(b, d, c)] / truth - 1));
+      }
+      EXPECT_LT(worst, 0.35) << "batch " << g.batch[b];
+      const size_t largest = g.Index(b, g.drafted.size() - 1, c);
+      EXPECT_NEAR(model->ms()[largest], bent(g.batch[b], g.batch[b] * 65, 0), 1e-9);
     }
   }
 }
