@@ -6,7 +6,8 @@
 #   tools/bench_all.sh OUT_DIR gpu [BENCH...]  # on a GPU machine; BENCH of: ceilings
 #                                              # verify_step verify_step_ddtree attention gemm
 #                                              # e2e drafter_gpu tau_sweep_gpu sweep_gpu
-#                                              # sweep_replay_gpu
+#                                              # sweep_dflash_gpu sweep_replay_gpu
+#                                              # sweep_replay_tau2_gpu sweep_replay_tau6_gpu
 #   tools/bench_all.sh OUT_DIR cpu [BENCH...]  # on any machine; BENCH of: forward drafter_cpu
 #                                              # feature_wire tau_sweep sweep_cpu
 #
@@ -26,7 +27,8 @@ mkdir -p "$out"
 
 case $set_name in
   gpu) default_benches=(ceilings verify_step verify_step_ddtree attention gemm e2e drafter_gpu
-         tau_sweep_gpu sweep_gpu sweep_replay_gpu) ;;
+         tau_sweep_gpu sweep_gpu sweep_dflash_gpu sweep_replay_gpu sweep_replay_tau2_gpu
+         sweep_replay_tau6_gpu) ;;
   cpu) default_benches=(forward drafter_cpu feature_wire tau_sweep sweep_cpu) ;;
   *) echo "bench_all: the set is gpu or cpu, not '$set_name'" >&2; exit 2 ;;
 esac
@@ -53,14 +55,21 @@ declare -A commands=(
   [feature_wire]="$bin/treespec-feature-wire-bench --json=$out/feature_wire.json"
   [tau_sweep]="bench/tau_sweep.sh ${TAU_DIR:-/tmp/treespec-tau}"
   [tau_sweep_gpu]="bench/tau_sweep.sh ${TAU_GPU_DIR:-/tmp/treespec-tau-gpu}"
-  [sweep_gpu]="env DEVICE=cuda:0 PROMPTS_PER_CLIENT=4 MIN_PROMPTS=16 bench/concurrency_sweep.sh /tmp/treespec-sweep-gpu"
-  [sweep_replay_gpu]="env DEVICE=cuda:0 MODE=replay TARGET=models/llama3-8b-shape RANDOM_WEIGHTS=1 CONCURRENCY='1 4 16 64' PROMPTS_PER_CLIENT=4 MIN_PROMPTS=16 MAX_NEW=128 REPLAY_RATES=0.22 START_TIMEOUT_S=240 VERIFIER_FLAGS='--context_length=1024 --kv_pages=8192' bench/concurrency_sweep.sh /tmp/treespec-sweep-replay"
-  [sweep_cpu]="bench/concurrency_sweep.sh /tmp/treespec-sweep-cpu"
+  [sweep_gpu]="env DEVICE=cuda:0 PROMPTS_PER_CLIENT=8 MIN_PROMPTS=64 bench/concurrency_sweep.sh /tmp/treespec-sweep-gpu"
+  [sweep_dflash_gpu]="env DEVICE=cuda:0 MODE=dflash PROMPTS_PER_CLIENT=8 MIN_PROMPTS=64 bench/concurrency_sweep.sh /tmp/treespec-sweep-dflash-gpu"
+  [sweep_cpu]="env PROMPTS_PER_CLIENT=6 MIN_PROMPTS=16 bench/concurrency_sweep.sh /tmp/treespec-sweep-cpu"
 )
+# The 8B-shape replay sweeps: τ ≈ 4, 2 and 6 (replace rates 0.22, 0.5, 0.13).
+for tau_rate in ":0.22" "_tau2:0.5" "_tau6:0.13"; do
+  commands[sweep_replay${tau_rate%%:*}_gpu]="env DEVICE=cuda:0 MODE=replay TARGET=models/llama3-8b-shape RANDOM_WEIGHTS=1 CONCURRENCY='1 4 16 64' PROMPTS_PER_CLIENT=4 MIN_PROMPTS=16 MAX_NEW=128 REPLAY_RATES=${tau_rate#*:} START_TIMEOUT_S=240 VERIFIER_FLAGS='--context_length=1024 --kv_pages=8192' bench/concurrency_sweep.sh /tmp/treespec-sweep-replay"
+done
 # Where a sweep leaves the JSON that is copied to OUT_DIR/<bench>.json.
 declare -A sweep_json=(
   [sweep_gpu]=/tmp/treespec-sweep-gpu/sweep.json
+  [sweep_dflash_gpu]=/tmp/treespec-sweep-dflash-gpu/sweep.json
   [sweep_replay_gpu]=/tmp/treespec-sweep-replay/replay_0.22/sweep.json
+  [sweep_replay_tau2_gpu]=/tmp/treespec-sweep-replay/replay_0.5/sweep.json
+  [sweep_replay_tau6_gpu]=/tmp/treespec-sweep-replay/replay_0.13/sweep.json
   [sweep_cpu]=/tmp/treespec-sweep-cpu/sweep.json
 )
 

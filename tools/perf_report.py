@@ -328,12 +328,21 @@ class Report:
                         "one client", f"{p['auto_c1']['tokens_per_s']:,.0f} tok/s",
                         f"{p['auto_c1']['tokens_per_s'] / p['off_c1']['tokens_per_s']:.2f}× "
                         f"speculation off (bar ≥ 2.5×)")
+        for name, share, tau in (("sweep_replay_tau2_gpu", 50, 2), ("sweep_replay_tau6_gpu", 13, 6)):
+            self.concurrency_sweep(
+                name, self.gpu,
+                f"Speculation by load: the 8B shape, replayed drafter at τ ≈ {tau}",
+                f"As above with {share} % of the replayed tokens replaced. " + bar)
         self.concurrency_sweep(
             "sweep_gpu", self.gpu, "Speculation by load: the tiny pair, one GPU",
             "Closed-loop clients through the services, the held-out prompts, 64 new tokens "
             "each; models/tiny-target verified, models/tiny-draft drafting (DDTree) on the same "
             "GPU. A verify step of the tiny target (~0.2 ms) is shorter than a drafter round "
             "trip, so plain decoding is the best setting at every load. " + bar)
+        self.concurrency_sweep(
+            "sweep_dflash_gpu", self.gpu, "Speculation by load: the tiny pair with DFlash, one GPU",
+            "As above with models/tiny-dflash drafting (one block per tree, conditioned on the "
+            "target's features of every context token). " + bar)
         self.concurrency_sweep(
             "sweep_cpu", self.cpu, "Speculation by load: the tiny pair, CPU (the embedded default)",
             "As above with both services on the CPU (`--device=cpu`, the same two cores as the "
