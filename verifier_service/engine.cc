@@ -661,15 +661,14 @@ void Engine::ObserveStepCost(const StepShape& shape, double forward_ms) {
 
 std::vector<SeqTree> Engine::BuildBatch(const std::vector<Active*>& members) {
   std::vector<DraftedTree> drafts(members.size());
-  bool verify_only = true;
+  bool any_tree = false;
   for (size_t i = 0; i < members.size(); ++i) {
     if (members[i]->prefilled) {
       drafts[i] = TakeDraft(*members[i]);
-    } else {
-      verify_only = false;
+      any_tree = any_tree || !drafts[i].tokens.empty();
     }
   }
-  if (step_cost_.has_value() && verify_only) SelectTrees(members, drafts);
+  if (step_cost_.has_value() && any_tree) SelectTrees(members, drafts);
   std::vector<SeqTree> batch;
   batch.reserve(members.size());
   for (size_t i = 0; i < members.size(); ++i) {
@@ -697,29 +696,40 @@ std::vector<SeqTree> Engine::BuildBatch(const std::vector<Active*>& members) {
 }
 
 void Engine::SelectTrees(const std::vector<Active*>& members, std::vector<DraftedTree>& drafts) {
-  std::vector<SelectionCandidate> candidates(members.size());
+  std::vector<SelectionCandidate> candidates;
+  std::vector<size_t> member_of;  // candidate -> index into members
+  PrefillLoad prefill;
   for (size_t i = 0; i < members.size(); ++i) {
     const Active& a = *members[i];
-    candidates[i] = {&drafts[i], a.committed_len, a.request.spec.tree_budget,
-                     a.request.spec_mode.kind()};
+    if (!a.prefilled) {
+      ++prefill.sequences;
+      prefill.rows += static_cast<int64_t>(a.request.prompt.size());
+      continue;
+    }
+    candidates.push_back({&drafts[i], a.committed_len, a.request.spec.tree_budget,
+                          a.request.spec_mode.kind()});
+    member_of.push_back(i);
   }
-  const TreeSelection chosen = SelectNodes(candidates, *step_cost_, calibration_);
+  const TreeSelection chosen = SelectNodes(candidates, *step_cost_, calibration_, prefill);
   int drafted = 0, kept = 0;
-  for (size_t i = 0; i < members.size(); ++i) {
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    const size_t i = member_of[c];
     Active& a = *members[i];
     drafted += static_cast<int>(drafts[i].tokens.size());
-    kept += static_cast<int>(chosen.keep[i].size());
+    kept += static_cast<int>(chosen.keep[c].size());
     if (a.draft == nullptr) continue;
     a.selected = true;
     a.offered_nodes = static_cast<int>(drafts[i].tokens.size());
-    a.expected_accepted = chosen.expected[i];
-    a.kept_depths = chosen.kept_depths[i];
-    a.kept_probs = chosen.kept_probs[i];
-    drafts[i] = KeepNodes(drafts[i], chosen.keep[i]);
+    a.expected_accepted = chosen.expected[c];
+    a.kept_depths = chosen.kept_depths[c];
+    a.kept_probs = chosen.kept_probs[c];
+    drafts[i] = KeepNodes(drafts[i], chosen.keep[c]);
   }
-  TS_LOG(kDebug, "selection: %d requests, %d of %d drafted nodes kept, %.2f tokens in %.3f ms",
-         static_cast<int>(members.size()), kept, drafted, chosen.expected_tokens,
-         chosen.predicted_ms);
+  TS_LOG(kDebug,
+         "selection: %d requests (+%d prefills), %d of %d drafted nodes kept, %.2f tokens in "
+         "%.3f ms",
+         static_cast<int>(candidates.size()), prefill.sequences, kept, drafted,
+         chosen.expected_tokens, chosen.predicted_ms);
 }
 
 DraftedTree Engine::TakeDraft(Active& a) {

@@ -191,7 +191,8 @@ class Engine {
     absl::Time forward_end;
   };
   // Keeps of each member's drafted tree (`drafts`, parallel to `members`) the nodes that pay
-  // (SelectNodes), remembering what each kept for the calibration. Verify steps only.
+  // (SelectNodes), remembering what each kept for the calibration; the prompts prefilled in
+  // the same step are priced in (PrefillLoad).
   void SelectTrees(const std::vector<Active*>& members, std::vector<DraftedTree>& drafts);
   // The step-cost model's shape of the verify trees of `batch` (the entries of `members`, in
   // order, that were already prefilled); batch 0 when there are none.

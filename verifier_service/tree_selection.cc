@@ -67,7 +67,8 @@ void AcceptanceCalibration::Observe(DraftSourceKind kind, absl::Span<const int> 
 }
 
 TreeSelection SelectNodes(absl::Span<const SelectionCandidate> candidates,
-                          const StepCostModel& cost, const AcceptanceCalibration& calibration) {
+                          const StepCostModel& cost, const AcceptanceCalibration& calibration,
+                          const PrefillLoad& prefill) {
   TreeSelection out;
   out.keep.resize(candidates.size());
   out.kept_depths.resize(candidates.size());
@@ -75,9 +76,15 @@ TreeSelection SelectNodes(absl::Span<const SelectionCandidate> candidates,
   out.expected.assign(candidates.size(), 0.0);
   const int batch = static_cast<int>(candidates.size());
   if (batch == 0) return out;
+  // The step's shape with k drafted nodes kept: the prompts are sequences of their own.
+  const int sequences = batch + prefill.sequences;
   double context = 0;
   for (const SelectionCandidate& c : candidates) context += c.committed_len;
-  context /= batch;
+  context /= sequences;
+  const double prompt_nodes = static_cast<double>(prefill.rows - prefill.sequences);
+  auto step_ms = [&](size_t k) {
+    return cost.PredictMs({sequences, (static_cast<double>(k) + prompt_nodes) / sequences, context});
+  };
 
   // Every drafted node with its calibrated chance, made non-increasing along each path (a node
   // is accepted only with its parent), so that falling chance with rising depth on ties puts
@@ -124,13 +131,13 @@ TreeSelection SelectNodes(absl::Span<const SelectionCandidate> candidates,
     ++counts[n.candidate];
     order.push_back(&n);
   }
-  double tokens = batch;
+  double tokens = sequences;
   double best_tokens = tokens;
-  double best_ms = cost.PredictMs({batch, 0, context});
+  double best_ms = step_ms(0);
   size_t best = 0;
   for (size_t k = 1; k <= order.size(); ++k) {
     tokens += order[k - 1]->p;
-    const double ms = cost.PredictMs({batch, static_cast<double>(k) / batch, context});
+    const double ms = step_ms(k);
     if (tokens * best_ms > best_tokens * ms) {  // tokens / ms > best_tokens / best_ms
       best = k;
       best_tokens = tokens;

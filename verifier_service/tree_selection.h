@@ -14,6 +14,7 @@
 #define TREESPEC_VERIFIER_SERVICE_TREE_SELECTION_H_
 
 #include <array>
+#include <cstdint>
 #include <optional>
 #include <vector>
 
@@ -81,12 +82,22 @@ struct TreeSelection {
   std::vector<std::vector<int>> kept_depths;
   std::vector<std::vector<double>> kept_probs;
   std::vector<double> expected;  // per candidate: Σ calibrated chances of its kept nodes
-  double expected_tokens = 0;    // B + Σ calibrated chances of the kept nodes
-  double predicted_ms = 0;       // the step-cost model's time for the step
+  // B + Σ calibrated chances of the kept nodes (+ a token per prefilled prompt)
+  double expected_tokens = 0;
+  double predicted_ms = 0;  // the step-cost model's time for the step, prefills included
+};
+
+// Prompts prefilled in the same step as the candidates' verify trees: their rows make the step
+// dearer and each node's marginal cost that of a larger step (a prompt of n tokens is costed as
+// a sequence with n - 1 drafted nodes and no context, each emitting one token).
+struct PrefillLoad {
+  int sequences = 0;
+  int64_t rows = 0;  // prompt tokens, summed
 };
 
 TreeSelection SelectNodes(absl::Span<const SelectionCandidate> candidates,
-                          const StepCostModel& cost, const AcceptanceCalibration& calibration);
+                          const StepCostModel& cost, const AcceptanceCalibration& calibration,
+                          const PrefillLoad& prefill = {});
 
 // `tree` restricted to `keep` (ascending, prefix-closed), parents renumbered.
 DraftedTree KeepNodes(const DraftedTree& tree, absl::Span<const int> keep);

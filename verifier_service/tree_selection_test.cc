@@ -86,6 +86,32 @@ TEST(TreeSelectionTest, CheapNodesAreAllKeptWithinTheCapAndCostlyOnesNone) {
   EXPECT_THAT(some.keep[0], ElementsAre(0)) << "1.5 / 1.4 beats 1 / 1, 1.8 / 1.8 does not";
 }
 
+// A step that also prefills prompts is priced with their rows: where the verify trees alone sit
+// on the flat part of the cost (the GEMMs bound by the weights) and the prompts push the step
+// onto its steep part, each node costs what it costs in that larger step.
+TEST(TreeSelectionTest, PromptsPrefilledInTheStepArePricedIn) {
+  // Flat 10 ms up to 64 drafted nodes per sequence, then 4 ms per node per sequence.
+  const StepCostGrid grid{{1, 8}, {0, 64, 128}, {0, 4096}};
+  std::vector<double> ms(grid.size());
+  for (size_t b = 0; b < 2; ++b) {
+    for (size_t d = 0; d < 3; ++d) {
+      for (size_t c = 0; c < 2; ++c) ms[grid.Index(b, d, c)] = d < 2 ? 10 : 10 + 64 * 4;
+    }
+  }
+  const StepCostModel cost = *StepCostModel::Create(grid, ms);
+  const DraftedTree tree = Example();
+  AcceptanceCalibration cal;
+  const SelectionCandidate one{&tree, 100, 16, DrafterKind::kDraftModel};
+  EXPECT_THAT(SelectNodes({&one, 1}, cost, cal).keep[0], ElementsAre(0, 1, 2, 3, 4));
+  // With a 129-token prompt beside it the step is two sequences of (k + 128) / 2 nodes each,
+  // past the bend: each node costs 2 ms, which only the 0.5-chance node repays (2.5 tokens in
+  // 12 ms beat 2 in 10; 2.8 in 14 do not).
+  const TreeSelection crowded = SelectNodes({&one, 1}, cost, cal, {1, 129});
+  EXPECT_THAT(crowded.keep[0], ElementsAre(0));
+  EXPECT_NEAR(crowded.predicted_ms, 12, 1e-9);
+  EXPECT_NEAR(crowded.expected_tokens, 2 + 0.5, 1e-9) << "the prompt's first token counts";
+}
+
 // The selection is the best prefix-closed choice within the caps: checked against every subset
 // on small random trees.
 TEST(TreeSelectionTest, MatchesExhaustiveSearchOnSmallTrees) {
