@@ -606,6 +606,13 @@ void Engine::ObserveGate(const std::vector<Active*>& members,
                          const std::vector<StepResult>& results, absl::Time end) {
   const absl::Time start = std::exchange(last_step_end_, end);
   if (!options_.speculation_gate) return;
+  // A step that prefills a prompt is not scored. Its cost does not depend on the arm, and in a
+  // closed loop it comes with every finished request: tens of decode steps' time in one step
+  // (a prompt on the CPU), which an epoch catches or misses by chance, so scoring it made the
+  // arms' figures swing by more than their difference.
+  if (std::any_of(members.begin(), members.end(), [](const Active* a) { return !a->prefilled; })) {
+    return;
+  }
   // The gated requests of each drafter kind in the step (almost always one kind).
   struct KindStep {
     DraftSourceKind kind;
@@ -621,11 +628,19 @@ void Engine::ObserveGate(const std::vector<Active*>& members,
                            [&](const KindStep& k) { return k.kind == kind; });
     if (it == kinds.end()) it = kinds.insert(kinds.end(), KindStep{kind});
     it->tokens += static_cast<int>(results[b].emitted.size());
-    if (a.prefilled) it->choices.push_back({a.tree_asked, a.chose_at});
+    it->choices.push_back({a.tree_asked, a.chose_at});
   }
+  if (kinds.empty()) return;
   const int running = static_cast<int>(running_.size());
+  // The most plain steps could deliver at this load: a token per request per predicted forward.
+  double plain_bound = 0;
+  if (step_cost_.has_value() && running > 0) {
+    double context = 0;
+    for (const auto& a : running_) context += a->committed_len;
+    plain_bound = running / step_cost_->PredictMs({running, 0, context / running});
+  }
   for (const KindStep& k : kinds) {
-    if (gate_.ObserveStep(k.kind, running, k.choices, k.tokens, start, end)) {
+    if (gate_.ObserveStep(k.kind, running, k.choices, k.tokens, start, end, plain_bound)) {
       TS_LOG(kDebug, "speculation gate: %s", gate_.Describe(k.kind, running));
     }
   }

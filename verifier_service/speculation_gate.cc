@@ -31,7 +31,7 @@ bool SpeculationGate::WantsTree(DraftSourceKind kind, int running) const {
 
 bool SpeculationGate::ObserveStep(DraftSourceKind kind, int running,
                                   absl::Span<const Choice> choices, int tokens, absl::Time start,
-                                  absl::Time end) {
+                                  absl::Time end, double plain_bound) {
   if (start == absl::InfinitePast() || !(end > start) || tokens < 1) return false;
   const Key key = KeyOf(kind, running);
   auto [it, inserted] = states_.try_emplace(key);
@@ -55,9 +55,16 @@ bool SpeculationGate::ObserveStep(DraftSourceKind kind, int running,
   ran.estimated = false;
   ++ran.epochs;
   Arm& other = s.arms[s.tree ? 0 : 1];
-  if (other.epochs == 0 && s.neighbour_ratio > 0) {
-    other.sums = s.epoch;
-    other.sums.tokens *= s.tree ? 1 / s.neighbour_ratio : s.neighbour_ratio;
+  // The other arm unmeasured here: estimated from a neighbouring load's ratio, or (plain) from
+  // its bound when the trees clearly beat it.
+  double estimate = 0;
+  if (s.neighbour_ratio > 0) {
+    estimate = s.tree ? ran.rate() / s.neighbour_ratio : ran.rate() * s.neighbour_ratio;
+  } else if (s.tree && plain_bound > 0 && ran.rate() >= kClearMargin * plain_bound) {
+    estimate = plain_bound;
+  }
+  if (other.epochs == 0 && estimate > 0) {
+    other.sums = {estimate * ran.sums.ms, ran.sums.ms, ran.sums.steps};
     other.epochs = 1;
     other.estimated = true;
   }

@@ -18,7 +18,10 @@
 // with every finished request), so they are measured, not modelled.
 //
 // The gate runs the tree arm for an epoch (kMinEpochSteps steps, kEpochStepsPerRequest per
-// running request if more), then the plain arm as long, then the better one. It probes the
+// running request if more), then the plain arm as long — unless the trees beat by kClearMargin
+// what plain steps could deliver at most (the step-cost model's forward time for them, without
+// host time or prefills), which then stands in for the plain arm until a probe measures it —
+// then the better one. It probes the
 // other arm for one epoch once the better one has run long enough: kProbeRatio times that
 // epoch's expected time while they differ by kWideGap or more, proportionally sooner when they
 // are closer (down to a tenth), so that a probe costs at most ~kWideGap / kProbeRatio of the
@@ -48,6 +51,8 @@ class SpeculationGate {
   static constexpr double kWideGap = 0.25;
   static constexpr double kEpochDecay = 0.5;
   static constexpr int kNeighbourBuckets = 2;
+  // The tree arm's first epoch beats the plain arm's bound by this much: plain is not explored.
+  static constexpr double kClearMargin = 1.25;
 
   // The load bucket of `running` requests: 0 for 1, 1 for 2, 2 for 3–4, 3 for 5–8, ...
   static int Bucket(int running);
@@ -66,10 +71,11 @@ class SpeculationGate {
   // A verify step that ran from `start` (the previous step's end; InfinitePast when the engine
   // was idle before it, which is not scored) to `end` with `running` requests running, in
   // which the auto requests of `kind` gained `tokens`; `choices` are those of them that chose
-  // an arm for it (a prefill has none). May switch the bucket's arm, as of `end`: returns
-  // whether it did.
+  // an arm for it (a prefill has none). `plain_bound`: tokens per ms that plain steps could
+  // deliver at most at this load (the step-cost model's forward time alone; 0: unknown). May
+  // switch the bucket's arm, as of `end`: returns whether it did.
   bool ObserveStep(DraftSourceKind kind, int running, absl::Span<const Choice> choices, int tokens,
-                   absl::Time start, absl::Time end);
+                   absl::Time start, absl::Time end, double plain_bound = 0);
 
   // Tokens per millisecond of an arm so far; 0 before its first epoch.
   double Rate(DraftSourceKind kind, int running, bool tree) const;

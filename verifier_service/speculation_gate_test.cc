@@ -83,6 +83,29 @@ TEST(SpeculationGateTest, TriesTheTreeFirstThenPlain) {
   EXPECT_TRUE(sim.gate.WantsTree(kDraftModel, 1));
 }
 
+// Trees that beat by far what plain steps could deliver at most (the step-cost model's bound)
+// need no plain epoch: the bound stands in until a probe measures the plain arm.
+TEST(SpeculationGateTest, TreesClearlyAboveThePlainBoundSkipThePlainEpoch) {
+  for (const double bound : {0.5, 0.6}) {  // trees deliver 4 / 6 = 0.67 tokens per ms
+    Sim sim;
+    sim.Step(1, true, 4, 6);
+    const int epoch = SpeculationGate::EpochSteps(1);
+    for (int i = 0; i < epoch; ++i) {
+      const absl::Time start = sim.last_end;
+      clock_ms += 6;
+      const std::vector<SpeculationGate::Choice> chose = {{true, sim.chose_at}};
+      sim.gate.ObserveStep(kDraftModel, 1, chose, 4, start, Now(), bound);
+      sim.last_end = sim.chose_at = Now();
+    }
+    if (bound == 0.5) {
+      EXPECT_TRUE(sim.gate.WantsTree(kDraftModel, 1)) << "1.33× the bound: no plain epoch";
+      EXPECT_NEAR(sim.gate.Rate(kDraftModel, 1, false), 0.5, 1e-9);
+    } else {
+      EXPECT_FALSE(sim.gate.WantsTree(kDraftModel, 1)) << "1.11× the bound: plain is measured";
+    }
+  }
+}
+
 // A drafter whose round trip costs more than its accepted tokens save (the tiny pair on a GPU):
 // the gate settles on plain steps and spends only its probes on trees.
 TEST(SpeculationGateTest, SettlesOnPlainWhenWaitingForTreesLoses) {
