@@ -43,6 +43,11 @@ struct Engine::Active {
   // not scored.
   bool tree_asked = true;
   absl::Time chose_at;
+  // A gated request of a feature-taking kind whose session was not open at a plain step: that
+  // step's features were not captured (plain steps would pay for capturing every request's
+  // hidden states), so its drafter could never be given the whole context — it runs plain to
+  // its end, touching no drafter, still counted by the gate as on the plain arm.
+  bool plain_only = false;
   // What the context gained over steps that asked for no tree, not yet sent: the drafter hears
   // it with the next commit, so that plain steps cost the drafter (often on the same GPU, or
   // the same cores) nothing.
@@ -56,6 +61,12 @@ struct Engine::Active {
   absl::Time start;
 
   bool speculates() const { return draft != nullptr || unopened.has_value(); }
+  // Whether a step now would capture the features its drafter needs: a session that takes
+  // them, open or still to be opened for a tree asked (or the prompt, on the prefill step).
+  bool captures() const {
+    return !feature_layers.empty() &&
+           (draft != nullptr || (unopened.has_value() && !plain_only && (!prefilled || tree_asked)));
+  }
   int pages = 0;  // worst-case KV pages promised at admission
   bool done = false;
 };
@@ -492,7 +503,11 @@ void Engine::Admit() {
       a->stats.accepted_per_depth.assign(a->request.spec.max_depth, 0);
       a->stats.drafted_per_depth.assign(a->request.spec.max_depth, 0);
       if (a->request.auto_tree_budget) {
-        a->ask_budget = std::min(options_.spec.defaults.tree_budget, a->request.spec.tree_budget);
+        // Where the last request of its kind got to, else the default: a new request does not
+        // ramp up from scratch (a 128-token request at τ 6 has only ~20 steps).
+        const int last = last_ask_budget_[DraftSourceIndex(a->request.spec_mode.kind())];
+        a->ask_budget = std::min(last > 0 ? last : options_.spec.defaults.tree_budget,
+                                 a->request.spec.tree_budget);
       }
     }
     running_.push_back(std::move(a));
@@ -779,7 +794,7 @@ absl::StatusOr<std::vector<StepResult>> Engine::RunBatch(const std::vector<Activ
   for (size_t b = 0; b < members.size(); ++b) {
     specs[b].sampling = members[b]->request.sampling;
     specs[b].prefill = !members[b]->prefilled;
-    specs[b].capture_features = !members[b]->feature_layers.empty() && members[b]->speculates();
+    specs[b].capture_features = members[b]->captures();
   }
   return model_->VerifyStep(batch, specs);
 }
@@ -842,6 +857,7 @@ void Engine::ApplyResult(Active& a, const SeqTree& t, StepResult result, const S
         a.ask_budget =
             NextTreeBudget(a.ask_budget, a.offered_nodes, static_cast<int>(a.kept_depths.size()),
                            a.request.spec.tree_budget);
+        last_ask_budget_[DraftSourceIndex(a.request.spec_mode.kind())] = a.ask_budget;
       }
     }
   }
@@ -860,6 +876,7 @@ void Engine::ApplyResult(Active& a, const SeqTree& t, StepResult result, const S
   }
   a.sink->OnUpdate(std::move(update));
   if (a.speculates()) {
+    if (!a.feature_layers.empty() && a.draft == nullptr && !a.captures()) a.plain_only = true;
     a.chose_at = timing.forward_end;
     CommitToDrafter(a, std::move(emitted), std::move(result.features));
   }
@@ -871,12 +888,19 @@ void Engine::CommitToDrafter(Active& a, std::vector<int32_t> emitted, TargetFeat
                                   model_->config().hidden_size)};
   int budget = 0;  // the session's
   if (a.request.auto_tree_budget) {
-    a.tree_asked = !options_.speculation_gate ||
-                   gate_.WantsTree(a.request.spec_mode.kind(), static_cast<int>(running_.size()));
+    a.tree_asked = !a.plain_only && (!options_.speculation_gate ||
+                                     gate_.WantsTree(a.request.spec_mode.kind(),
+                                                     static_cast<int>(running_.size())));
     budget = a.tree_asked ? a.ask_budget : DraftStream::kNoTree;
-    std::lock_guard<std::mutex> lock(mu_);
-    SelectionCounts& counts = step_cost_stats_.Of(a.request.spec_mode.kind());
-    ++(a.tree_asked ? counts.auto_tree_steps : counts.auto_plain_steps);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      SelectionCounts& counts = step_cost_stats_.Of(a.request.spec_mode.kind());
+      ++(a.tree_asked ? counts.auto_tree_steps : counts.auto_plain_steps);
+    }
+    if (a.plain_only) {
+      a.deferred = DraftContext{};
+      return;
+    }
   }
   // Commits concatenate (each carries the rows of its tokens but the last, draft_context.h).
   if (a.deferred.tokens.empty()) {

@@ -241,6 +241,8 @@ class Engine {
   bool has_step_cost_ = false;                    // step_cost_.has_value(), for any thread
   AcceptanceCalibration calibration_;             // engine thread only
   SpeculationGate gate_;                          // engine thread only
+  // Per DraftSourceIndex, the tree budget the last auto request asked for (0: none yet).
+  std::array<int, kNumDraftSources> last_ask_budget_{};  // engine thread only
   // When the last step's forward ended; InfinitePast after an idle spell (engine thread).
   absl::Time last_step_end_ = absl::InfinitePast();
   StepCostStats step_cost_stats_;  // guarded by mu_

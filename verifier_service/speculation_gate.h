@@ -50,7 +50,7 @@ class SpeculationGate {
   static constexpr double kProbeRatio = 50;
   static constexpr double kWideGap = 0.25;
   static constexpr double kEpochDecay = 0.5;
-  static constexpr int kNeighbourBuckets = 2;
+  static constexpr int kNeighbourBuckets = 1;
   // The tree arm's first epoch beats the plain arm's bound by this much: plain is not explored.
   static constexpr double kClearMargin = 1.25;
 
@@ -108,8 +108,8 @@ class SpeculationGate {
   };
   using Key = std::pair<int, int>;  // (kind index, bucket)
   static Key KeyOf(DraftSourceKind kind, int running);
-  // A load seen for the first time starts with the arm that was better at the nearest load of
-  // its kind that has measured both, if one is near, and their ratio there: rates scale with the load,
+  // A load seen for the first time starts with the arm that was better at the neighbouring load
+  // of its kind (half or twice), if that has measured both, and their ratio there: rates scale with the load,
   // ratios change slowly with it. Its first epoch then estimates the other arm by that ratio,
   // and probes measure it, instead of exploring both from nothing.
   void StartFromNeighbour(Key key, State& s) const;
