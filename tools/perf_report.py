@@ -278,19 +278,15 @@ class Report:
             ["target (layers x hidden)", "batch", "KiB / token", "KiB / step", "MB/s at 50 steps/s",
              "commit ms", "round trip ms"], rows)
 
-    def concurrency_sweep(self, name, meta, title, intro):
-        """A concurrency sweep (bench/concurrency_sweep.sh): tokens/s per setting and
-        concurrency, auto against the best other setting, and the plot (docs/img/NAME.svg)."""
-        doc = load(f"{name}.json")
-        if doc is None or not self.has(meta, name):
-            return
-        self.images[f"{name}.svg"] = plot_sweep.plot(doc)
+    @staticmethod
+    def sweep_table(doc):
+        """A sweep's header and rows: tokens/s per setting and concurrency, auto against the best
+        other setting, and the step-cost model's median measured / predicted step time at each
+        point (bar: within 10 %) where the sweep scraped it."""
         others = [s for s in doc["settings"] if s != "auto"]
         names = {"off": "off", "auto": "auto"}
         header = ["clients"] + [names.get(s, f"budget {s}") + " tok/s" for s in doc["settings"]]
         header += ["auto / best other", "auto τ"]
-        # The step-cost model's median measured / predicted verify step time at each point
-        # (bar: within 10 %), where the sweep scraped it.
         scored = any(p.get("step_cost_ratio_median") is not None for p in doc["points"].values())
         if scored:
             header += ["step time measured / predicted (median, all settings)"]
@@ -308,7 +304,36 @@ class Report:
                           if q.get("step_cost_ratio_median") is not None]
                 row.append(span(ratios) if ratios else "–")
             rows.append(row)
+        return header, rows
+
+    def concurrency_sweep(self, name, meta, title, intro):
+        """A concurrency sweep (bench/concurrency_sweep.sh) as a table, and its plot
+        (docs/img/NAME.svg)."""
+        doc = load(f"{name}.json")
+        if doc is None or not self.has(meta, name):
+            return
+        self.images[f"{name}.svg"] = plot_sweep.plot(doc)
+        header, rows = self.sweep_table(doc)
         self.section(title, intro + f" ![plot](img/{name}.svg)", meta, name, None, header, rows)
+
+    def sweep_group(self, sweeps, meta, title, intro):
+        """Several sweeps of the same settings in one table, a first column naming each
+        ((label, bench) pairs), with their plots."""
+        found = [(label, name, load(f"{name}.json")) for label, name in sweeps]
+        found = [(label, name, doc) for label, name, doc in found
+                 if doc is not None and self.has(meta, name)]
+        if not found:
+            return
+        rows, header = [], None
+        for label, name, doc in found:
+            self.images[f"{name}.svg"] = plot_sweep.plot(doc)
+            header, part = self.sweep_table(doc)
+            rows += [[label] + r for r in part]
+        plots = " ".join(f"![{label}](img/{name}.svg)" for label, name, _ in found)
+        self.lines += ["", f"## {title}", "", intro + " " + plots, ""]
+        self.lines += table([""] + header, rows) + [""]
+        for k, (_, name, _) in enumerate(found):
+            self.lines += ([""] if k else []) + provenance(meta, name)
 
     def sweeps(self):
         bar = ("Bar (issue 34): auto ≥ 0.97× the best other setting at every concurrency, ≥ the "
@@ -328,11 +353,10 @@ class Report:
                         "one client", f"{p['auto_c1']['tokens_per_s']:,.0f} tok/s",
                         f"{p['auto_c1']['tokens_per_s'] / p['off_c1']['tokens_per_s']:.2f}× "
                         f"speculation off (bar ≥ 2.5×)")
-        for name, share, tau in (("sweep_replay_tau2_gpu", 50, 2), ("sweep_replay_tau6_gpu", 13, 6)):
-            self.concurrency_sweep(
-                name, self.gpu,
-                f"Speculation by load: the 8B shape, replayed drafter at τ ≈ {tau}",
-                f"As above with {share} % of the replayed tokens replaced. " + bar)
+        self.sweep_group(
+            [("τ≈2", "sweep_replay_tau2_gpu"), ("τ≈6", "sweep_replay_tau6_gpu")], self.gpu,
+            "Speculation by load: the 8B shape, replayed drafter at τ ≈ 2 and 6",
+            "As above with 50 % (τ ≈ 2) and 13 % (τ ≈ 6) of the replayed tokens replaced. " + bar)
         self.concurrency_sweep(
             "sweep_gpu", self.gpu, "Speculation by load: the tiny pair, one GPU",
             "Closed-loop clients through the services, the held-out prompts, 64 new tokens "

@@ -45,15 +45,17 @@ SeqTree ProfileTree(SeqId seq, int committed_len, int drafted, int vocab) {
   return tree;
 }
 
-// The order a pair times the drafted points 0 .. last: both ends, then the middles of the
-// spans between timed points, breadth first. A pair cut short by its time share still spans
-// the whole axis (a step's cost is flat while the GEMMs stream the weights, then grows with
-// the rows: timing only the small trees and extending them would miss that bend).
+// The order a pair times the drafted points 0 .. last: 0 and 1 (cheap, and always timed), then
+// the largest, then the middles of the spans between timed points, breadth first. A pair cut
+// short by its time share after the largest still spans the whole axis (a step's cost is flat
+// while the GEMMs stream the weights, then grows with the rows: extending the smallest trees
+// would miss that bend); one cut short before it extends its first two.
 std::vector<size_t> CoarseToFine(size_t last) {
   std::vector<size_t> order = {0};
-  if (last == 0) return order;
+  if (last >= 1) order.push_back(1);
+  if (last <= 1) return order;
   order.push_back(last);
-  std::vector<std::pair<size_t, size_t>> spans = {{0, last}};
+  std::vector<std::pair<size_t, size_t>> spans = {{1, last}};
   for (size_t next = 0; next < spans.size(); ++next) {
     const auto [lo, hi] = spans[next];
     if (hi - lo < 2) continue;

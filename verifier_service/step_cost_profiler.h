@@ -30,9 +30,9 @@ struct StepCostProfileOptions {
   int max_context = 8192;
   int reps = 5;  // timed steps per grid point, after one untimed; the median is kept
   // Time the whole profile may take, shared equally by the (batch, context) pairs. A pair times
-  // its drafted points coarse to fine — the smallest and the largest tree that fit, then the
-  // middles between timed points — and stops once it has used its share (after those two);
-  // points it did not time are interpolated between timed neighbours. On the CPU, where a step
+  // its drafted points coarse to fine — 0 and 1 drafted nodes, the largest tree that fits, then
+  // the middles between timed points — and stops once it has used its share (after the first
+  // two); points it did not time are interpolated between timed neighbours. On the CPU, where a step
   // costs about its rows, and for the large batches of an 8B model, this is what bounds it.
   double max_seconds = 10;
   std::function<absl::Time()> now = absl::Now;  // the clock (tests pass a fake one)
