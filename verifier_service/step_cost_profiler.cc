@@ -179,8 +179,17 @@ absl::StatusOr<StepCostModel> ProfileStepCost(CausalLm& model,
       std::vector<bool> timed(grid.drafted.size(), false);
       const std::vector<size_t> order = CoarseToFine(fit);
       for (size_t k = 0; k < order.size(); ++k) {
-        if (k >= 2 && options.now() - pair_start > share) break;
         const size_t di = order[k];
+        if (k >= 2) {
+          // Past the share, stop; a point whose steps would overrun it (by the slope of the
+          // first two points, a CPU step's cost being its rows) is left to the interpolation.
+          const absl::Duration left = share - (options.now() - pair_start);
+          if (left <= absl::ZeroDuration()) break;
+          const double at_1 = ms[grid.Index(bi, 1, ci)];
+          const double per_node = std::max(0.0, at_1 - ms[grid.Index(bi, 0, ci)]);
+          const double step_ms = at_1 + per_node * (grid.drafted[di] - grid.drafted[1]);
+          if (absl::Milliseconds((options.reps + 1) * step_ms) > left) continue;
+        }
         const int drafted = grid.drafted[di];
         std::vector<SeqTree> trees;
         for (int s = 0; s < batch; ++s) {

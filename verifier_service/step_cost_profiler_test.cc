@@ -40,12 +40,14 @@ class ClockedLm final : public ForwardingCausalLm {
     }
     now_ += absl::Milliseconds(cost_(static_cast<int>(batch.size()), rows, context));
     ++steps_;
+    max_rows_ = std::max(max_rows_, rows);
     return ForwardingCausalLm::VerifyStep(batch, specs);
   }
 
   CostFn cost_;
   absl::Time now_ = absl::UnixEpoch();
   int steps_ = 0;
+  int max_rows_ = 0;  // of the largest step run
 };
 
 std::unique_ptr<CausalLm> SmallCpuLm(int max_batch) {
@@ -158,6 +160,22 @@ TEST(StepCostProfilerTest, APairCutShortStillSpansItsTrees) {
       EXPECT_NEAR(model->ms()[largest], bent(g.batch[b], g.batch[b] * 65, 0), 1e-9);
     }
   }
+}
+
+// Where a step costs its rows (the CPU), the largest tree would take far longer than a pair's
+// share: it is not timed once the first two points show that, and its cost is extended.
+TEST(StepCostProfilerTest, APointThatWouldOverrunTheShareIsNotTimed) {
+  auto rows_cost = [](int, int rows, int64_t) { return 1.0 * rows; };
+  ClockedLm lm(SmallCpuLm(1), rows_cost);
+  StepCostProfileOptions o = ClockedOptions(lm, 1, 64, 1);
+  const StepCostGrid g = PlanStepCostGrid(o, lm.config().max_position_embeddings,
+                                          lm.kv_cache().num_pages(), lm.kv_cache().page_size());
+  // 20 ms a step per pair: 0 and 1 drafted nodes take 2 × (1 + 2) ms, a 65-row step 130.
+  o.max_seconds = 2 * 0.010 * static_cast<double>(g.batch.size() * g.context.size());
+  absl::StatusOr<StepCostModel> model = ProfileStepCost(lm, o);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_LT(lm.max_rows_, 65);
+  EXPECT_NEAR(model->ms()[g.Index(0, g.drafted.size() - 1, 0)], 65, 1e-9) << "extended";
 }
 
 TEST(StepCostProfilerTest, KeepsTheProfileInACacheFileForItsKeyOnly) {
