@@ -59,6 +59,8 @@ struct Engine::Active {
   std::vector<double> kept_probs;
   SpecStats stats;
   absl::Time start;
+  int pages = 0;  // worst-case KV pages promised at admission
+  bool done = false;
 
   bool speculates() const { return draft != nullptr || unopened.has_value(); }
   // Whether a step now would capture the features its drafter needs: a session that takes
@@ -67,8 +69,6 @@ struct Engine::Active {
     return !feature_layers.empty() &&
            (draft != nullptr || (unopened.has_value() && !plain_only && (!prefilled || tree_asked)));
   }
-  int pages = 0;  // worst-case KV pages promised at admission
-  bool done = false;
 };
 
 namespace {
@@ -607,27 +607,24 @@ void Engine::Step(const std::vector<Active*>& members) {
   }
   const StepTiming timing{absl::ToDoubleMilliseconds(forward_start - step_start),
                           absl::ToDoubleMilliseconds(forward_end - forward_start), forward_end};
-  if (step_cost_.has_value()) {
-    const StepShape verify = VerifyShape(members, batch);
-    if (verify.batch == static_cast<int>(members.size())) ObserveStepCost(verify, timing.forward_ms);
-  }
-  ObserveGate(members, *results, forward_end);
+  const bool verify_only =
+      std::all_of(members.begin(), members.end(), [](const Active* a) { return a->prefilled; });
+  if (step_cost_.has_value() && verify_only) ObserveStepCost(ShapeOf(batch), timing.forward_ms);
+  ObserveGate(members, *results, verify_only, forward_end);
   for (size_t b = 0; b < members.size(); ++b) {
     ApplyResult(*members[b], batch[b], std::move((*results)[b]), timing);
   }
 }
 
 void Engine::ObserveGate(const std::vector<Active*>& members,
-                         const std::vector<StepResult>& results, absl::Time end) {
+                         const std::vector<StepResult>& results, bool verify_only,
+                         absl::Time end) {
   const absl::Time start = std::exchange(last_step_end_, end);
-  if (!options_.speculation_gate) return;
   // A step that prefills a prompt is not scored. Its cost does not depend on the arm, and in a
   // closed loop it comes with every finished request: tens of decode steps' time in one step
   // (a prompt on the CPU), which an epoch catches or misses by chance, so scoring it made the
   // arms' figures swing by more than their difference.
-  if (std::any_of(members.begin(), members.end(), [](const Active* a) { return !a->prefilled; })) {
-    return;
-  }
+  if (!options_.speculation_gate || !verify_only) return;
   // The gated requests of each drafter kind in the step (almost always one kind).
   struct KindStep {
     DraftSourceKind kind;
@@ -661,18 +658,14 @@ void Engine::ObserveGate(const std::vector<Active*>& members,
   }
 }
 
-StepShape Engine::VerifyShape(const std::vector<Active*>& members,
-                              const std::vector<SeqTree>& batch) {
-  int n = 0;
+StepShape Engine::ShapeOf(const std::vector<SeqTree>& batch) {
   int64_t drafted = 0, context = 0;
-  for (size_t b = 0; b < members.size(); ++b) {
-    if (!members[b]->prefilled) continue;
-    ++n;
-    drafted += static_cast<int64_t>(batch[b].tokens.size()) - 1;
-    context += batch[b].committed_len;
+  for (const SeqTree& t : batch) {
+    drafted += static_cast<int64_t>(t.tokens.size()) - 1;
+    context += t.committed_len;
   }
-  if (n == 0) return {};
-  return {n, static_cast<double>(drafted) / n, static_cast<double>(context) / n};
+  const double n = static_cast<double>(batch.size());
+  return {static_cast<int>(batch.size()), drafted / n, context / n};
 }
 
 void Engine::ObserveStepCost(const StepShape& shape, double forward_ms) {

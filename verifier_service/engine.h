@@ -194,15 +194,13 @@ class Engine {
   // (SelectNodes), remembering what each kept for the calibration; the prompts prefilled in
   // the same step are priced in (PrefillLoad).
   void SelectTrees(const std::vector<Active*>& members, std::vector<DraftedTree>& drafts);
-  // The step-cost model's shape of the verify trees of `batch` (the entries of `members`, in
-  // order, that were already prefilled); batch 0 when there are none.
-  static StepShape VerifyShape(const std::vector<Active*>& members,
-                               const std::vector<SeqTree>& batch);
+  // The step-cost model's shape of a step over `batch` (all verify trees).
+  static StepShape ShapeOf(const std::vector<SeqTree>& batch);
   // Scores the step that ended at `end` for the speculation gate, per drafter kind of its gated
-  // requests (results parallel to members). Every step, so that the next one's interval starts
-  // here.
+  // requests (results parallel to members), if it prefilled no prompt (`verify_only`). Every
+  // step, so that the next one's interval starts here.
   void ObserveGate(const std::vector<Active*>& members, const std::vector<StepResult>& results,
-                   absl::Time end);
+                   bool verify_only, absl::Time end);
   // A verify step of `shape` took `forward_ms`: the cost model's prediction is scored and the
   // model refreshed. Not for steps with a prefill.
   void ObserveStepCost(const StepShape& shape, double forward_ms);
