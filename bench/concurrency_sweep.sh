@@ -22,7 +22,11 @@
 # at least MIN_PROMPTS, 8), MAX_NEW (64), STEP_COST_S (5), VERIFIER_FLAGS (extra verifier
 # flags), TARGET, RANDOM_WEIGHTS (0), PROMPT_LEN (random prompts' tokens, 128),
 # REPLAY_RATES ("0.5 0.25 0.15"),
-# REPLAY_WIDTH (1 = chains), MAX_DEPTH (the verifier's default depth; 16 for replay, else 8).
+# REPLAY_WIDTH (1 = chains), MAX_DEPTH (the verifier's default depth; 16 for replay, else 8),
+# ROUNDS (1): each point is run this many times, all settings of a concurrency in turn per
+# round, and reported as its median round (its other rounds' tokens/s beside it) — a short
+# point on the tiny pair moves by ±10–15 % between runs, and auto's later rounds run on what the
+# gate learnt in the earlier ones, as a server that has run at that load before.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/services.sh
@@ -37,6 +41,7 @@ settings=${SETTINGS:-off 4 16 64 auto}
 per_client=${PROMPTS_PER_CLIENT:-3}
 min_prompts=${MIN_PROMPTS:-8}
 max_new=${MAX_NEW:-64}
+rounds=${ROUNDS:-1}
 target=${TARGET:-models/tiny-target}
 largest=$(tr ' ' '\n' <<<"$concurrency" | sort -n | tail -1)
 if [ "$mode" = replay ]; then max_depth=${MAX_DEPTH:-16}; else max_depth=${MAX_DEPTH:-8}; fi
@@ -74,39 +79,49 @@ stop_all() {
 sweep() {
   local dir=$1
   for c in $concurrency; do
-    for setting in $settings; do
-      n=$((c * per_client)); [ "$n" -ge "$min_prompts" ] || n=$min_prompts
-      flags=(--mode="$mode")
-      case $setting in
-        off) flags=(--mode=off) ;;
-        auto) ;;  # no tree budget: the verifier's step-cost model chooses
-        *) flags+=(--tree_budget="$setting") ;;
-      esac
-      python3 tools/step_cost_ratio.py snapshot "$VERIFIER_METRICS" "$dir/ratio_before.json"
-      $run $bin/treespec-loadgen --target="$VERIFIER_ADDR" "${dataset[@]}" \
-        --num_prompts="$n" --num_warmups=2 --max_concurrency="$c" --progress=false \
-        "${flags[@]}" --result_json="$dir/${setting}_c${c}.json" >/dev/null
-      # The step-cost model's median measured / predicted step time over this point's steps.
-      python3 tools/step_cost_ratio.py median "$VERIFIER_METRICS" "$dir/ratio_before.json" \
-        >"$dir/${setting}_c${c}.ratio"
-      echo "$setting, $c concurrent: $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(f\"{d['output_throughput']:.0f} tok/s, acceptance {d.get('spec_decode_acceptance_length') or 1:.2f}\")" "$dir/${setting}_c${c}.json")"
+    for round in $(seq "$rounds"); do
+      for setting in $settings; do
+        n=$((c * per_client)); [ "$n" -ge "$min_prompts" ] || n=$min_prompts
+        flags=(--mode="$mode")
+        case $setting in
+          off) flags=(--mode=off) ;;
+          auto) ;;  # no tree budget: the verifier's step-cost model chooses
+          *) flags+=(--tree_budget="$setting") ;;
+        esac
+        point="$dir/${setting}_c${c}_r${round}"
+        python3 tools/step_cost_ratio.py snapshot "$VERIFIER_METRICS" "$dir/ratio_before.json"
+        $run $bin/treespec-loadgen --target="$VERIFIER_ADDR" "${dataset[@]}" \
+          --num_prompts="$n" --num_warmups=2 --max_concurrency="$c" --progress=false \
+          "${flags[@]}" --result_json="$point.json" >/dev/null
+        # The step-cost model's median measured / predicted step time over this point's steps.
+        python3 tools/step_cost_ratio.py median "$VERIFIER_METRICS" "$dir/ratio_before.json" \
+          >"$point.ratio"
+        echo "$setting, $c concurrent, round $round: $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(f\"{d['output_throughput']:.0f} tok/s, acceptance {d.get('spec_decode_acceptance_length') or 1:.2f}\")" "$point.json")"
+      done
     done
   done
-  python3 - "$dir" "$mode" "$device" "$settings" "$concurrency" "$target" "${2:-}" <<'PY'
+  python3 - "$dir" "$mode" "$device" "$settings" "$concurrency" "$rounds" "$target" "${2:-}" <<'PY'
 import json, os, sys
-out, mode, device, settings, concurrency, target, replace_rate = sys.argv[1:]
+out, mode, device, settings, concurrency, rounds, target, replace_rate = sys.argv[1:]
 sweep = {"mode": mode, "device": device, "target": target, "settings": settings.split(),
-         "concurrency": [int(c) for c in concurrency.split()], "points": {}}
+         "concurrency": [int(c) for c in concurrency.split()], "rounds": int(rounds),
+         "points": {}}
 if replace_rate:
     sweep["replay_replace_rate"] = float(replace_rate)
 for s in sweep["settings"]:
     for c in sweep["concurrency"]:
-        d = json.load(open(os.path.join(out, f"{s}_c{c}.json")))
-        ratio = json.loads(open(os.path.join(out, f"{s}_c{c}.ratio")).read())
+        runs = []
+        for r in range(1, int(rounds) + 1):
+            base = os.path.join(out, f"{s}_c{c}_r{r}")
+            runs.append((json.load(open(base + ".json")), json.loads(open(base + ".ratio").read())))
+        order = sorted(range(len(runs)), key=lambda k: runs[k][0]["output_throughput"])
+        d, ratio = runs[order[(len(order) - 1) // 2]]  # the median round (the lower of two)
         sweep["points"][f"{s}_c{c}"] = {"tokens_per_s": d["output_throughput"],
                                         "mean_tpot_ms": d.get("mean_tpot_ms"),
                                         "acceptance_length": d.get("spec_decode_acceptance_length"),
-                                        "step_cost_ratio_median": ratio}
+                                        "step_cost_ratio_median": ratio,
+                                        "rounds_tokens_per_s": [r[0]["output_throughput"]
+                                                                for r in runs]}
 json.dump(sweep, open(os.path.join(out, "sweep.json"), "w"), indent=1)
 PY
   python3 tools/plot_sweep.py "$dir/sweep.json" "$dir/sweep.svg"

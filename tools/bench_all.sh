@@ -55,13 +55,13 @@ declare -A commands=(
   [feature_wire]="$bin/treespec-feature-wire-bench --json=$out/feature_wire.json"
   [tau_sweep]="bench/tau_sweep.sh ${TAU_DIR:-/tmp/treespec-tau}"
   [tau_sweep_gpu]="bench/tau_sweep.sh ${TAU_GPU_DIR:-/tmp/treespec-tau-gpu}"
-  [sweep_gpu]="env DEVICE=cuda:0 PROMPTS_PER_CLIENT=8 MIN_PROMPTS=64 bench/concurrency_sweep.sh /tmp/treespec-sweep-gpu"
-  [sweep_dflash_gpu]="env DEVICE=cuda:0 MODE=dflash PROMPTS_PER_CLIENT=8 MIN_PROMPTS=64 bench/concurrency_sweep.sh /tmp/treespec-sweep-dflash-gpu"
+  [sweep_gpu]="env DEVICE=cuda:0 ROUNDS=3 PROMPTS_PER_CLIENT=8 MIN_PROMPTS=64 bench/concurrency_sweep.sh /tmp/treespec-sweep-gpu"
+  [sweep_dflash_gpu]="env DEVICE=cuda:0 MODE=dflash ROUNDS=3 PROMPTS_PER_CLIENT=8 MIN_PROMPTS=64 bench/concurrency_sweep.sh /tmp/treespec-sweep-dflash-gpu"
   [sweep_cpu]="env PROMPTS_PER_CLIENT=6 MIN_PROMPTS=16 bench/concurrency_sweep.sh /tmp/treespec-sweep-cpu"
 )
 # The 8B-shape replay sweeps: τ ≈ 4, 2 and 6 (replace rates 0.22, 0.5, 0.13).
 for tau_rate in ":0.22" "_tau2:0.5" "_tau6:0.13"; do
-  commands[sweep_replay${tau_rate%%:*}_gpu]="env DEVICE=cuda:0 MODE=replay TARGET=models/llama3-8b-shape RANDOM_WEIGHTS=1 CONCURRENCY='1 4 16 64' PROMPTS_PER_CLIENT=4 MIN_PROMPTS=16 MAX_NEW=128 REPLAY_RATES=${tau_rate#*:} START_TIMEOUT_S=240 VERIFIER_FLAGS='--context_length=1024 --kv_pages=8192' bench/concurrency_sweep.sh /tmp/treespec-sweep-replay"
+  commands[sweep_replay${tau_rate%%:*}_gpu]="env DEVICE=cuda:0 MODE=replay TARGET=models/llama3-8b-shape RANDOM_WEIGHTS=1 CONCURRENCY='1 4 16 64' ROUNDS=3 PROMPTS_PER_CLIENT=2 MIN_PROMPTS=8 MAX_NEW=128 REPLAY_RATES=${tau_rate#*:} START_TIMEOUT_S=240 VERIFIER_FLAGS='--context_length=1024 --kv_pages=8192' bench/concurrency_sweep.sh /tmp/treespec-sweep-replay"
 done
 # Where a sweep leaves the JSON that is copied to OUT_DIR/<bench>.json.
 declare -A sweep_json=(

@@ -48,18 +48,14 @@ bool SpeculationGate::ObserveStep(DraftSourceKind kind, int running,
   if (s.epoch.steps < EpochSteps(running)) return false;
 
   Arm& ran = s.arms[s.tree ? 1 : 0];
-  const double keep = ran.estimated ? 0 : kEpochDecay;
-  ran.sums.tokens = keep * ran.sums.tokens + s.epoch.tokens;
-  ran.sums.ms = keep * ran.sums.ms + s.epoch.ms;
-  ran.sums.steps = static_cast<int>(keep * ran.sums.steps) + s.epoch.steps;
-  ran.estimated = false;
-  ++ran.epochs;
+  ran.AddEpoch(s.epoch);
   Arm& other = s.arms[s.tree ? 0 : 1];
   // The other arm unmeasured here: estimated from a neighbouring load's ratio, or (plain) from
-  // its bound when the trees clearly beat it.
-  double estimate = 0;
+  // its bound when the trees clearly beat it — a bound, so no doubt the gap is at least that.
+  double estimate = 0, doubt = 0;
   if (s.neighbour_ratio > 0) {
     estimate = s.tree ? ran.rate() / s.neighbour_ratio : ran.rate() * s.neighbour_ratio;
+    doubt = s.neighbour_doubt;
   } else if (s.tree && plain_bound > 0 && ran.rate() >= kClearMargin * plain_bound) {
     estimate = plain_bound;
   }
@@ -67,6 +63,7 @@ bool SpeculationGate::ObserveStep(DraftSourceKind kind, int running,
     other.sums = {estimate * ran.sums.ms, ran.sums.ms, ran.sums.steps};
     other.epochs = 1;
     other.estimated = true;
+    other.doubt = doubt;
   }
   const double epoch_ms = s.epoch.ms;
   s.epoch = {};
@@ -84,7 +81,8 @@ bool SpeculationGate::ObserveStep(DraftSourceKind kind, int running,
       s.exploited_ms += epoch_ms;
       const Arm& worse = s.arms[better ? 0 : 1];
       const double gap = 1 - worse.rate() / s.arms[better ? 1 : 0].rate();
-      const double wait_ms = kProbeRatio * std::clamp(gap / kWideGap, 0.1, 1.0) *
+      const double doubt = std::max(plain.doubt, tree.doubt);
+      const double wait_ms = kProbeRatio * std::clamp((gap - doubt) / kWideGap, 0.1, 1.0) *
                              EpochSteps(running) * worse.step_ms();
       if (s.exploited_ms >= wait_ms) {
         s.exploited_ms = 0;
@@ -98,10 +96,20 @@ bool SpeculationGate::ObserveStep(DraftSourceKind kind, int running,
   return true;
 }
 
+void SpeculationGate::Arm::AddEpoch(const Sums& epoch) {
+  const double keep = estimated ? 0 : kEpochDecay;
+  sums.tokens = keep * sums.tokens + epoch.tokens;
+  sums.ms = keep * sums.ms + epoch.ms;
+  sums.steps = static_cast<int>(keep * sums.steps) + epoch.steps;
+  estimated = false;
+  doubt = 0;
+  ++epochs;
+}
+
 void SpeculationGate::StartFromNeighbour(Key key, State& s) const {
-  // The nearest load of the same kind that has measured both arms, the lower one first, up to
-  // kNeighbourBuckets away (twice the load or half): at 4× the 8B's τ≈2 trees went from 1.8×
-  // plain to 0.92×, and a far neighbour's verdict held until a probe.
+  // The nearest load of the same kind that has a figure for both arms, the lower one first, up
+  // to kNeighbourBuckets away (twice the load or half); a neighbour's own estimate carries its
+  // doubt on.
   for (int d = 1; d <= kNeighbourBuckets; ++d) {
     for (const int bucket : {key.second - d, key.second + d}) {
       const auto it = states_.find({key.first, bucket});
@@ -111,6 +119,7 @@ void SpeculationGate::StartFromNeighbour(Key key, State& s) const {
       }
       const std::array<Arm, 2>& there = it->second.arms;
       s.neighbour_ratio = there[1].rate() / there[0].rate();
+      s.neighbour_doubt = std::max(there[0].doubt, there[1].doubt) + kNeighbourDoubt;
       s.tree = s.neighbour_ratio >= 1;
       return;
     }
@@ -128,9 +137,10 @@ std::string SpeculationGate::Describe(DraftSourceKind kind, int running) const {
   if (it == states_.end()) return "";
   const State& s = it->second;
   return absl::StrFormat(
-      "%s load<=%d: tree %.3f tok/ms (%d epochs), plain %.3f tok/ms (%d epochs), using %s",
+      "%s load<=%d: tree %.3f tok/ms (%d epochs%s), plain %.3f tok/ms (%d epochs%s), using %s",
       DraftSourceName(key.first), 1 << key.second, s.arms[1].rate(), s.arms[1].epochs,
-      s.arms[0].rate(), s.arms[0].epochs, s.tree ? "tree" : "plain");
+      s.arms[1].estimated ? ", estimated" : "", s.arms[0].rate(), s.arms[0].epochs,
+      s.arms[0].estimated ? ", estimated" : "", s.tree ? "tree" : "plain");
 }
 
 }  // namespace treespec

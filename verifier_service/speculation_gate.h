@@ -21,14 +21,16 @@
 // running request if more), then the plain arm as long — unless the trees beat by kClearMargin
 // what plain steps could deliver at most (the step-cost model's forward time for them, without
 // host time or prefills), which then stands in for the plain arm until a probe measures it —
-// then the better one. It probes the
-// other arm for one epoch once the better one has run long enough: kProbeRatio times that
-// epoch's expected time while they differ by kWideGap or more, proportionally sooner when they
-// are closer (down to a tenth), so that a probe costs at most ~kWideGap / kProbeRatio of the
-// throughput and a close call, or a change (load, acceptance, a drafter that sped up), is
-// noticed soon. Each arm's figure is its epochs' tokens and time, halved every newer epoch. A
-// load seen for the first time starts from its nearest measured one's verdict (the ratio of the
-// two arms there). Engine thread only.
+// then the better one. It probes the other arm for one epoch once the better one has run long
+// enough: kProbeRatio times that epoch's expected time while they differ by kWideGap or more,
+// proportionally sooner when they are closer (down to a tenth), so that a probe costs at most
+// ~kWideGap / kProbeRatio of the throughput and a close call, or a change (load, acceptance, a
+// drafter that sped up), is noticed soon. Each arm's figure is its epochs' tokens and time,
+// halved every newer epoch. A load seen for the first time starts from its nearest measured
+// one's verdict (the ratio of the two arms there) and estimates the arm it does not run by
+// that ratio; the estimate is doubted by kNeighbourDoubt per load it was carried across, and
+// the gap counts only beyond that doubt, so a verdict carried far is soon probed. Engine thread
+// only.
 #ifndef TREESPEC_VERIFIER_SERVICE_SPECULATION_GATE_H_
 #define TREESPEC_VERIFIER_SERVICE_SPECULATION_GATE_H_
 
@@ -50,6 +52,9 @@ class SpeculationGate {
   static constexpr double kProbeRatio = 50;
   static constexpr double kWideGap = 0.25;
   static constexpr double kEpochDecay = 0.5;
+  // How far the arms' ratio may move from one load bucket to the next: the 8B's τ≈2 trees were
+  // 1.7× plain at 1 request and 0.91× at 4.
+  static constexpr double kNeighbourDoubt = 0.3;
   static constexpr int kNeighbourBuckets = 1;
   // The tree arm's first epoch beats the plain arm's bound by this much: plain is not explored.
   static constexpr double kClearMargin = 1.25;
@@ -92,10 +97,13 @@ class SpeculationGate {
     Sums sums;  // of its epochs, decayed
     int epochs = 0;
     // Not measured at this load: the other arm's first epoch here, scaled by the two arms'
-    // ratio at the neighbouring load this one started from. The first real epoch replaces it.
+    // ratio at the neighbouring load this one started from (or the plain bound), uncertain by
+    // `doubt` (relative). The first real epoch replaces it.
     bool estimated = false;
+    double doubt = 0;
     double rate() const { return sums.ms > 0 ? sums.tokens / sums.ms : 0; }
     double step_ms() const { return sums.steps > 0 ? sums.ms / sums.steps : 0; }
+    void AddEpoch(const Sums& epoch);
   };
   struct State {
     std::array<Arm, 2> arms;  // [0] plain, [1] tree
@@ -103,8 +111,9 @@ class SpeculationGate {
     Sums epoch;               // of the arm in use since its epoch began
     double exploited_ms = 0;  // time on the better arm since the last probe
     absl::Time switched = absl::InfinitePast();
-    // Tree rate / plain rate at the load this one started from; 0 when it started afresh.
-    double neighbour_ratio = 0;
+    // Tree rate / plain rate at the load this one started from, and how uncertain it is here;
+    // 0 when it started afresh.
+    double neighbour_ratio = 0, neighbour_doubt = 0;
   };
   using Key = std::pair<int, int>;  // (kind index, bucket)
   static Key KeyOf(DraftSourceKind kind, int running);
