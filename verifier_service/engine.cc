@@ -66,8 +66,8 @@ struct Engine::Active {
   // Whether a step now would capture the features its drafter needs: a session that takes
   // them, open or still to be opened for a tree asked (or the prompt, on the prefill step).
   bool captures() const {
-    return !feature_layers.empty() &&
-           (draft != nullptr || (unopened.has_value() && !plain_only && (!prefilled || tree_asked)));
+    return !feature_layers.empty() && (draft != nullptr || (unopened.has_value() && !plain_only &&
+                                                            (!prefilled || tree_asked)));
   }
 };
 
@@ -582,12 +582,17 @@ std::vector<Engine::Active*> Engine::WaitForReady() {
     }
     // Verify once at least half the running set is ready; the others keep being drafted
     // meanwhile, so the drafter and the verifier work at the same time (DESIGN §2).
-    // A queued request that could be admitted returns early too, so its prefill joins soon.
-    auto admissible = [&] { return FrontPagesIfAdmissible() > 0; };
-    if (shutdown_ || !cancelled_.empty() || admissible() ||
+    if (shutdown_ || !cancelled_.empty() ||
         (!ready.empty() && 2 * ready.size() >= running_.size())) {
       return ready;
     }
+    // A queued request that could be admitted: nothing yet, so that the caller admits it and
+    // its prefill joins the next step, which still waits for half the running set. (Returning
+    // the few requests ready so far split the batch: at 64 requests of the 8B a new one
+    // arrives about every tree step, and each such step verified a fraction of the batch for a
+    // whole step's weight reads.)
+    auto admissible = [&] { return FrontPagesIfAdmissible() > 0; };
+    if (admissible()) return {};
     const int64_t seen = draft_events_;
     cv_.wait_for(lock, absl::ToChronoNanoseconds(next_deadline - now), [&] {
       return shutdown_ || draft_events_ != seen || !cancelled_.empty() || admissible();
@@ -617,8 +622,7 @@ void Engine::Step(const std::vector<Active*>& members) {
 }
 
 void Engine::ObserveGate(const std::vector<Active*>& members,
-                         const std::vector<StepResult>& results, bool verify_only,
-                         absl::Time end) {
+                         const std::vector<StepResult>& results, bool verify_only, absl::Time end) {
   const absl::Time start = std::exchange(last_step_end_, end);
   // A step that prefills a prompt is not scored. Its cost does not depend on the arm, and in a
   // closed loop it comes with every finished request: tens of decode steps' time in one step
@@ -636,8 +640,8 @@ void Engine::ObserveGate(const std::vector<Active*>& members,
     const Active& a = *members[b];
     if (!a.request.auto_tree_budget || !a.speculates()) continue;
     const DraftSourceKind kind = a.request.spec_mode.kind();
-    auto it = std::find_if(kinds.begin(), kinds.end(),
-                           [&](const KindStep& k) { return k.kind == kind; });
+    auto it =
+        std::find_if(kinds.begin(), kinds.end(), [&](const KindStep& k) { return k.kind == kind; });
     if (it == kinds.end()) it = kinds.insert(kinds.end(), KindStep{kind});
     it->tokens += static_cast<int>(results[b].emitted.size());
     it->choices.push_back({a.tree_asked, a.chose_at});
@@ -652,8 +656,12 @@ void Engine::ObserveGate(const std::vector<Active*>& members,
     plain_bound = running / step_cost_->PredictMs({running, 0, context / running});
   }
   for (const KindStep& k : kinds) {
-    if (gate_.ObserveStep(k.kind, running, k.choices, k.tokens, start, end, plain_bound)) {
-      TS_LOG(kDebug, "speculation gate: %s", gate_.Describe(k.kind, running));
+    const SpeculationGate::Observed observed =
+        gate_.ObserveStep(k.kind, running, k.choices, k.tokens, start, end, plain_bound);
+    if (observed != SpeculationGate::Observed::kNone) {
+      TS_LOG(kDebug, "speculation gate %s: %s",
+             observed == SpeculationGate::Observed::kSwitch ? "switch" : "epoch",
+             gate_.Describe(k.kind, running));
     }
   }
 }
@@ -729,8 +737,8 @@ void Engine::SelectTrees(const std::vector<Active*>& members, std::vector<Drafte
       prefill.rows += static_cast<int64_t>(a.request.prompt.size());
       continue;
     }
-    candidates.push_back({&drafts[i], a.committed_len, a.request.spec.tree_budget,
-                          a.request.spec_mode.kind()});
+    candidates.push_back(
+        {&drafts[i], a.committed_len, a.request.spec.tree_budget, a.request.spec_mode.kind()});
     member_of.push_back(i);
   }
   const TreeSelection chosen = SelectNodes(candidates, *step_cost_, calibration_, prefill);
@@ -881,9 +889,9 @@ void Engine::CommitToDrafter(Active& a, std::vector<int32_t> emitted, TargetFeat
                                   model_->config().hidden_size)};
   int budget = 0;  // the session's
   if (a.request.auto_tree_budget) {
-    a.tree_asked = !a.plain_only && (!options_.speculation_gate ||
-                                     gate_.WantsTree(a.request.spec_mode.kind(),
-                                                     static_cast<int>(running_.size())));
+    a.tree_asked = !a.plain_only &&
+                   (!options_.speculation_gate ||
+                    gate_.WantsTree(a.request.spec_mode.kind(), static_cast<int>(running_.size())));
     budget = a.tree_asked ? a.ask_budget : DraftStream::kNoTree;
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -29,23 +29,24 @@ bool SpeculationGate::WantsTree(DraftSourceKind kind, int running) const {
   return fresh.tree;
 }
 
-bool SpeculationGate::ObserveStep(DraftSourceKind kind, int running,
-                                  absl::Span<const Choice> choices, int tokens, absl::Time start,
-                                  absl::Time end, double plain_bound) {
-  if (start == absl::InfinitePast() || !(end > start) || tokens < 1) return false;
+SpeculationGate::Observed SpeculationGate::ObserveStep(DraftSourceKind kind, int running,
+                                                       absl::Span<const Choice> choices, int tokens,
+                                                       absl::Time start, absl::Time end,
+                                                       double plain_bound) {
+  if (start == absl::InfinitePast() || !(end > start) || tokens < 1) return Observed::kNone;
   const Key key = KeyOf(kind, running);
   auto [it, inserted] = states_.try_emplace(key);
   State& s = it->second;
   if (inserted) StartFromNeighbour(key, s);
   // Some request ran on a choice made before the last switch (or in another bucket).
   for (const Choice& c : choices) {
-    if (c.tree != s.tree || c.at < s.switched) return false;
+    if (c.tree != s.tree || c.at < s.switched) return Observed::kNone;
   }
   const double ms = absl::ToDoubleMilliseconds(end - start);
   s.epoch.tokens += tokens;
   s.epoch.ms += ms;
   ++s.epoch.steps;
-  if (s.epoch.steps < EpochSteps(running)) return false;
+  if (s.epoch.steps < EpochSteps(running)) return Observed::kNone;
 
   Arm& ran = s.arms[s.tree ? 1 : 0];
   ran.AddEpoch(s.epoch);
@@ -66,6 +67,7 @@ bool SpeculationGate::ObserveStep(DraftSourceKind kind, int running,
     other.doubt = doubt;
   }
   const double epoch_ms = s.epoch.ms;
+  s.last_epoch_rate = s.epoch.tokens / s.epoch.ms;
   s.epoch = {};
   const Arm& plain = s.arms[0];
   const Arm& tree = s.arms[1];
@@ -90,10 +92,10 @@ bool SpeculationGate::ObserveStep(DraftSourceKind kind, int running,
       }
     }
   }
-  if (next == s.tree) return false;
+  if (next == s.tree) return Observed::kEpoch;
   s.tree = next;
   s.switched = end;
-  return true;
+  return Observed::kSwitch;
 }
 
 void SpeculationGate::Arm::AddEpoch(const Sums& epoch) {
@@ -113,8 +115,7 @@ void SpeculationGate::StartFromNeighbour(Key key, State& s) const {
   for (int d = 1; d <= kNeighbourBuckets; ++d) {
     for (const int bucket : {key.second - d, key.second + d}) {
       const auto it = states_.find({key.first, bucket});
-      if (it == states_.end() || it->second.arms[0].rate() <= 0 ||
-          it->second.arms[1].rate() <= 0) {
+      if (it == states_.end() || it->second.arms[0].rate() <= 0 || it->second.arms[1].rate() <= 0) {
         continue;
       }
       const std::array<Arm, 2>& there = it->second.arms;
@@ -137,10 +138,11 @@ std::string SpeculationGate::Describe(DraftSourceKind kind, int running) const {
   if (it == states_.end()) return "";
   const State& s = it->second;
   return absl::StrFormat(
-      "%s load<=%d: tree %.3f tok/ms (%d epochs%s), plain %.3f tok/ms (%d epochs%s), using %s",
+      "%s load<=%d: tree %.3f tok/ms (%d epochs%s), plain %.3f tok/ms (%d epochs%s), last "
+      "epoch %.3f tok/ms, using %s",
       DraftSourceName(key.first), 1 << key.second, s.arms[1].rate(), s.arms[1].epochs,
       s.arms[1].estimated ? ", estimated" : "", s.arms[0].rate(), s.arms[0].epochs,
-      s.arms[0].estimated ? ", estimated" : "", s.tree ? "tree" : "plain");
+      s.arms[0].estimated ? ", estimated" : "", s.last_epoch_rate, s.tree ? "tree" : "plain");
 }
 
 }  // namespace treespec

@@ -78,14 +78,15 @@ class SpeculationGate {
   // which the auto requests of `kind` gained `tokens`; `choices` are those of them that chose
   // an arm for it (a prefill has none). `plain_bound`: tokens per ms that plain steps could
   // deliver at most at this load (the step-cost model's forward time alone; 0: unknown). May
-  // switch the bucket's arm, as of `end`: returns whether it did.
-  bool ObserveStep(DraftSourceKind kind, int running, absl::Span<const Choice> choices, int tokens,
-                   absl::Time start, absl::Time end, double plain_bound = 0);
+  // end an epoch and switch the bucket's arm, as of `end`: returns which.
+  enum class Observed { kNone, kEpoch, kSwitch };
+  Observed ObserveStep(DraftSourceKind kind, int running, absl::Span<const Choice> choices,
+                       int tokens, absl::Time start, absl::Time end, double plain_bound = 0);
 
   // Tokens per millisecond of an arm so far; 0 before its first epoch.
   double Rate(DraftSourceKind kind, int running, bool tree) const;
   // (kind, running)'s bucket: "kind load<=N: tree X tok/ms (n epochs), plain Y tok/ms (n
-  // epochs), using A"; empty before its first step.
+  // epochs), last epoch Z tok/ms, using A"; empty before its first step.
   std::string Describe(DraftSourceKind kind, int running) const;
 
  private:
@@ -109,6 +110,7 @@ class SpeculationGate {
     std::array<Arm, 2> arms;  // [0] plain, [1] tree
     bool tree = true;         // the arm in use
     Sums epoch;               // of the arm in use since its epoch began
+    double last_epoch_rate = 0;
     double exploited_ms = 0;  // time on the better arm since the last probe
     absl::Time switched = absl::InfinitePast();
     // Tree rate / plain rate at the load this one started from, and how uncertain it is here;
@@ -118,9 +120,9 @@ class SpeculationGate {
   using Key = std::pair<int, int>;  // (kind index, bucket)
   static Key KeyOf(DraftSourceKind kind, int running);
   // A load seen for the first time starts with the arm that was better at the neighbouring load
-  // of its kind (half or twice), if that has measured both, and their ratio there: rates scale with the load,
-  // ratios change slowly with it. Its first epoch then estimates the other arm by that ratio,
-  // and probes measure it, instead of exploring both from nothing.
+  // of its kind (half or twice), if that has measured both, and their ratio there: rates scale with
+  // the load, ratios change slowly with it. Its first epoch then estimates the other arm by that
+  // ratio, and probes measure it, instead of exploring both from nothing.
   void StartFromNeighbour(Key key, State& s) const;
 
   absl::flat_hash_map<Key, State> states_;

@@ -25,7 +25,8 @@ struct Sim {
     const absl::Time start = last_end;  // InfinitePast first: an idle engine's first step
     clock_ms += ms;
     const std::vector<SpeculationGate::Choice> choices(running, {tree, chose_at});
-    const bool switched = gate.ObserveStep(kDraftModel, running, choices, tokens, start, Now());
+    const bool switched = gate.ObserveStep(kDraftModel, running, choices, tokens, start, Now()) ==
+                          SpeculationGate::Observed::kSwitch;
     last_end = chose_at = Now();
     return switched;
   }
@@ -237,8 +238,8 @@ TEST(SpeculationGateTest, ACloseCallWithinTheNoiseIsProbedUntilItIsClear) {
 // request and a little at 2 lose at 4, and the load of 4 does not run them for long.
 TEST(SpeculationGateTest, AVerdictCarriedAcrossLoadsIsCheckedSoon) {
   Sim sim;
-  Simulate(sim, 1, 1.7, 1.0, 1.0, 200);    // trees 1.7× plain
-  Simulate(sim, 2, 1.2, 1.0, 1.0, 400);    // 1.2×
+  Simulate(sim, 1, 1.7, 1.0, 1.0, 200);  // trees 1.7× plain
+  Simulate(sim, 2, 1.2, 1.0, 1.0, 400);  // 1.2×
   ASSERT_TRUE(sim.gate.WantsTree(kDraftModel, 4)) << "starts from load 2's verdict";
   const Outcome o = Simulate(sim, 4, 0.85, 1.0, 1.0, 30 * 16);  // 0.85×: 30 epochs
   EXPECT_LT(o.tree_time_share, 0.3);
@@ -249,9 +250,10 @@ TEST(SpeculationGateTest, AVerdictCarriedAcrossLoadsIsCheckedSoon) {
 TEST(SpeculationGateTest, IgnoresEmptyObservations) {
   SpeculationGate gate;
   const absl::Time t = Now();
-  EXPECT_FALSE(gate.ObserveStep(kDraftModel, 1, {}, 3, absl::InfinitePast(), t));
-  EXPECT_FALSE(gate.ObserveStep(kDraftModel, 1, {}, 3, t, t));
-  EXPECT_FALSE(gate.ObserveStep(kDraftModel, 1, {}, 0, t - absl::Milliseconds(1), t));
+  using Observed = SpeculationGate::Observed;
+  EXPECT_EQ(gate.ObserveStep(kDraftModel, 1, {}, 3, absl::InfinitePast(), t), Observed::kNone);
+  EXPECT_EQ(gate.ObserveStep(kDraftModel, 1, {}, 3, t, t), Observed::kNone);
+  EXPECT_EQ(gate.ObserveStep(kDraftModel, 1, {}, 0, t - absl::Milliseconds(1), t), Observed::kNone);
   EXPECT_EQ(gate.Describe(kDraftModel, 1), "") << "nothing recorded";
 }
 
