@@ -57,7 +57,7 @@ declare -A commands=(
   [tau_sweep_gpu]="bench/tau_sweep.sh ${TAU_GPU_DIR:-/tmp/treespec-tau-gpu}"
   [sweep_gpu]="env DEVICE=cuda:0 ROUNDS=3 PROMPTS_PER_CLIENT=8 MIN_PROMPTS=64 bench/concurrency_sweep.sh /tmp/treespec-sweep-gpu"
   [sweep_dflash_gpu]="env DEVICE=cuda:0 MODE=dflash ROUNDS=3 PROMPTS_PER_CLIENT=8 MIN_PROMPTS=64 bench/concurrency_sweep.sh /tmp/treespec-sweep-dflash-gpu"
-  [sweep_cpu]="env PROMPTS_PER_CLIENT=6 MIN_PROMPTS=16 bench/concurrency_sweep.sh /tmp/treespec-sweep-cpu"
+  [sweep_cpu]="env ROUNDS=3 PROMPTS_PER_CLIENT=6 MIN_PROMPTS=16 bench/concurrency_sweep.sh /tmp/treespec-sweep-cpu"
 )
 # The 8B-shape replay sweeps: τ ≈ 4, 2 and 6 (replace rates 0.22, 0.5, 0.13).
 for tau_rate in ":0.22" "_tau2:0.5" "_tau6:0.13"; do

@@ -306,6 +306,16 @@ class Report:
             rows.append(row)
         return header, rows
 
+    @staticmethod
+    def rounds_note(doc):
+        """How a sweep's points were taken, where each is the median of several rounds."""
+        n = doc.get("rounds", 1)
+        if n <= 1:
+            return ""
+        return (f" Each point is the median of {n} rounds (all settings of a concurrency in turn "
+                "per round; auto's later rounds run on what its gate learnt in the earlier ones, "
+                "as on a server that has run at that load before).")
+
     def concurrency_sweep(self, name, meta, title, intro):
         """A concurrency sweep (bench/concurrency_sweep.sh) as a table, and its plot
         (docs/img/NAME.svg)."""
@@ -314,7 +324,8 @@ class Report:
             return
         self.images[f"{name}.svg"] = plot_sweep.plot(doc)
         header, rows = self.sweep_table(doc)
-        self.section(title, intro + f" ![plot](img/{name}.svg)", meta, name, None, header, rows)
+        self.section(title, intro + self.rounds_note(doc) + f" ![plot](img/{name}.svg)", meta,
+                     name, None, header, rows)
 
     def sweep_group(self, sweeps, meta, title, intro):
         """Several sweeps of the same settings in one table, a first column naming each
@@ -330,7 +341,8 @@ class Report:
             header, part = self.sweep_table(doc)
             rows += [[label] + r for r in part]
         plots = " ".join(f"![{label}](img/{name}.svg)" for label, name, _ in found)
-        self.lines += ["", f"## {title}", "", intro + " " + plots, ""]
+        self.lines += ["", f"## {title}", "", intro + self.rounds_note(found[0][2]) + " " + plots,
+                       ""]
         self.lines += table([""] + header, rows) + [""]
         for k, (_, name, _) in enumerate(found):
             self.lines += ([""] if k else []) + provenance(meta, name)

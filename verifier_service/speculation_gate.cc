@@ -84,7 +84,8 @@ SpeculationGate::Observed SpeculationGate::ObserveStep(DraftSourceKind kind, int
       const Arm& worse = s.arms[better ? 0 : 1];
       const double gap = 1 - worse.rate() / s.arms[better ? 1 : 0].rate();
       const double doubt = std::max(plain.doubt, tree.doubt);
-      const double wait_ms = kProbeRatio * std::clamp((gap - doubt) / kWideGap, 0.1, 1.0) *
+      const double wait_ms = kProbeRatio *
+                             std::clamp((gap - doubt) / kWideGap, 0.1, kMaxProbeWaits) *
                              EpochSteps(running) * worse.step_ms();
       if (s.exploited_ms >= wait_ms) {
         s.exploited_ms = 0;

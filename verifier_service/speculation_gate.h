@@ -22,15 +22,15 @@
 // what plain steps could deliver at most (the step-cost model's forward time for them, without
 // host time or prefills), which then stands in for the plain arm until a probe measures it —
 // then the better one. It probes the other arm for one epoch once the better one has run long
-// enough: kProbeRatio times that epoch's expected time while they differ by kWideGap or more,
-// proportionally sooner when they are closer (down to a tenth), so that a probe costs at most
-// ~kWideGap / kProbeRatio of the throughput and a close call, or a change (load, acceptance, a
-// drafter that sped up), is noticed soon. Each arm's figure is its epochs' tokens and time,
-// halved every newer epoch. A load seen for the first time starts from its nearest measured
-// one's verdict (the ratio of the two arms there) and estimates the arm it does not run by
-// that ratio; the estimate is doubted by kNeighbourDoubt per load it was carried across, and
-// the gap counts only beyond that doubt, so a verdict carried far is soon probed. Engine thread
-// only.
+// enough: kProbeRatio times that epoch's expected time per kWideGap of the arms' gap (at least
+// a tenth of that, at most kMaxProbeWaits times), so that a probe, which costs about the gap
+// for one epoch, costs ~kWideGap / kProbeRatio (0.5 %) of the throughput however wide the gap,
+// and a close call, or a change (load, acceptance, a drafter that sped up), is noticed soon.
+// Each arm's figure is its epochs' tokens and time, halved every newer epoch. A load seen for
+// the first time starts from its nearest measured one's verdict (the ratio of the two arms
+// there) and estimates the arm it does not run by that ratio; the estimate is doubted by
+// kNeighbourDoubt per load it was carried across, and the gap counts only beyond that doubt,
+// so a verdict carried far is soon probed. Engine thread only.
 #ifndef TREESPEC_VERIFIER_SERVICE_SPECULATION_GATE_H_
 #define TREESPEC_VERIFIER_SERVICE_SPECULATION_GATE_H_
 
@@ -51,6 +51,7 @@ class SpeculationGate {
   static constexpr int kEpochStepsPerRequest = 2;
   static constexpr double kProbeRatio = 50;
   static constexpr double kWideGap = 0.25;
+  static constexpr double kMaxProbeWaits = 4;
   static constexpr double kEpochDecay = 0.5;
   // How far the arms' ratio may move from one load bucket to the next: the 8B's τ≈2 trees were
   // 1.7× plain at 1 request and 0.91× at 4.

@@ -151,6 +151,16 @@ TEST(SpeculationGateTest, SettlesOnTreesWhenTheyPay) {
   EXPECT_GT(o.rate, 0.97 * (4.0 / 6));
 }
 
+// A probe of an arm far behind costs the gap for an epoch, so the wider the gap the rarer the
+// probes: trees at 4.4× plain (the 8B at τ≈6, one request) lose ~0.5 % to probes, not 1.5 %.
+TEST(SpeculationGateTest, ProbesOfAFarWorseArmStayCheap) {
+  Sim sim;
+  const Outcome o = Simulate(sim, 1, 5.5, 7.1, 6.3, 50000);
+  EXPECT_GT(o.rate, 0.992 * (5.5 / 7.1));
+  EXPECT_GT(o.tree_time_share, 0.98) << "the plain arm is still probed, rarely";
+  EXPECT_LT(o.tree_time_share, 1.0);
+}
+
 // Arms 5 % apart: the better one is found through the noise, and the close call is rechecked
 // more often than a wide one, at little cost.
 TEST(SpeculationGateTest, ACloseCallIsFoundAndRecheckedCheaply) {
