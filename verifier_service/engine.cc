@@ -404,10 +404,13 @@ void Engine::Loop() {
                 ready.end());
     if (ready.empty()) continue;
     for (Active* a : ready) a->stats.draft_wait_ms += wait_ms;
+    const bool prefills =
+        std::any_of(ready.begin(), ready.end(), [](const Active* a) { return !a->prefilled; });
     const absl::Time step_start = absl::Now();
     Step(ready);
-    TS_LOG(kDebug, "step: %d of %d requests, draft wait %.2f ms, step %.2f ms",
-           static_cast<int>(ready.size()), static_cast<int>(running_.size()), wait_ms,
+    TS_LOG(kDebug, "step: %d of %d requests%s, draft wait %.2f ms, step %.2f ms",
+           static_cast<int>(ready.size()), static_cast<int>(running_.size()),
+           prefills ? " (prefill)" : "", wait_ms,
            absl::ToDoubleMilliseconds(absl::Now() - step_start));
     RemoveFinished();
   }
@@ -614,21 +617,37 @@ void Engine::Step(const std::vector<Active*>& members) {
                           absl::ToDoubleMilliseconds(forward_end - forward_start), forward_end};
   const bool verify_only =
       std::all_of(members.begin(), members.end(), [](const Active* a) { return a->prefilled; });
-  if (step_cost_.has_value() && verify_only) ObserveStepCost(ShapeOf(batch), timing.forward_ms);
-  ObserveGate(members, *results, verify_only, forward_end);
+  // A prefilled prompt's cost does not depend on the gate's arm: the gate scores the step
+  // without it, as the model prices it. What the model does not foresee stays in: a step that
+  // prefills one prompt beside a batch's trees costs the 8B about twice its prediction (its rows
+  // run in the next power-of-two graph), and in a closed loop trees, which end requests at
+  // different steps, prefill prompts one or two at a time where plain steps, in lockstep, took
+  // a whole wave in one step.
+  double prompt_ms = 0;
+  if (step_cost_.has_value()) {
+    const StepShape shape = ShapeOf(batch);
+    if (verify_only) {
+      ObserveStepCost(shape, timing.forward_ms);
+    } else {
+      const StepShape verify = VerifyShapeOf(members, batch);
+      prompt_ms =
+          step_cost_->PredictMs(shape) - (verify.batch > 0 ? step_cost_->PredictMs(verify) : 0.0);
+    }
+  }
+  ObserveGate(members, *results, std::max(prompt_ms, 0.0), forward_end);
   for (size_t b = 0; b < members.size(); ++b) {
     ApplyResult(*members[b], batch[b], std::move((*results)[b]), timing);
   }
 }
 
 void Engine::ObserveGate(const std::vector<Active*>& members,
-                         const std::vector<StepResult>& results, bool verify_only, absl::Time end) {
-  const absl::Time start = std::exchange(last_step_end_, end);
-  // A step that prefills a prompt is not scored. Its cost does not depend on the arm, and in a
-  // closed loop it comes with every finished request: tens of decode steps' time in one step
-  // (a prompt on the CPU), which an epoch catches or misses by chance, so scoring it made the
+                         const std::vector<StepResult>& results, double prompt_ms, absl::Time end) {
+  const absl::Time previous_end = std::exchange(last_step_end_, end);
+  if (!options_.speculation_gate) return;
+  // The prompts' cost as priced comes off the step's interval: scored whole, one prompt (tens
+  // of decode steps' time on the CPU), which an epoch catches or misses by chance, made the
   // arms' figures swing by more than their difference.
-  if (!options_.speculation_gate || !verify_only) return;
+  const absl::Time start = previous_end + absl::Milliseconds(prompt_ms);
   // The gated requests of each drafter kind in the step (almost always one kind).
   struct KindStep {
     DraftSourceKind kind;
@@ -638,7 +657,8 @@ void Engine::ObserveGate(const std::vector<Active*>& members,
   std::vector<KindStep> kinds;
   for (size_t b = 0; b < members.size(); ++b) {
     const Active& a = *members[b];
-    if (!a.request.auto_tree_budget || !a.speculates()) continue;
+    // A prompt prefilled here chose no arm, and its token is what either arm would give it.
+    if (!a.request.auto_tree_budget || !a.speculates() || !a.prefilled) continue;
     const DraftSourceKind kind = a.request.spec_mode.kind();
     auto it =
         std::find_if(kinds.begin(), kinds.end(), [&](const KindStep& k) { return k.kind == kind; });
@@ -664,6 +684,15 @@ void Engine::ObserveGate(const std::vector<Active*>& members,
              gate_.Describe(k.kind, running));
     }
   }
+}
+
+StepShape Engine::VerifyShapeOf(const std::vector<Active*>& members,
+                                const std::vector<SeqTree>& batch) {
+  std::vector<SeqTree> verify;
+  for (size_t b = 0; b < members.size(); ++b) {
+    if (members[b]->prefilled) verify.push_back(batch[b]);
+  }
+  return verify.empty() ? StepShape{} : ShapeOf(verify);
 }
 
 StepShape Engine::ShapeOf(const std::vector<SeqTree>& batch) {

@@ -194,13 +194,17 @@ class Engine {
   // (SelectNodes), remembering what each kept for the calibration; the prompts prefilled in
   // the same step are priced in (PrefillLoad).
   void SelectTrees(const std::vector<Active*>& members, std::vector<DraftedTree>& drafts);
-  // The step-cost model's shape of a step over `batch` (all verify trees).
+  // The step-cost model's shape of a step over `batch` (all verify trees; a prompt counts as a
+  // sequence of its tokens), or over its members that prefill no prompt.
   static StepShape ShapeOf(const std::vector<SeqTree>& batch);
+  static StepShape VerifyShapeOf(const std::vector<Active*>& members,
+                                 const std::vector<SeqTree>& batch);
   // Scores the step that ended at `end` for the speculation gate, per drafter kind of its gated
-  // requests (results parallel to members), if it prefilled no prompt (`verify_only`). Every
-  // step, so that the next one's interval starts here.
+  // requests (results parallel to members), less `prompt_ms` (what the step-cost model prices
+  // the prompts it prefilled at, if any). Every step, so that the next one's interval starts
+  // here.
   void ObserveGate(const std::vector<Active*>& members, const std::vector<StepResult>& results,
-                   bool verify_only, absl::Time end);
+                   double prompt_ms, absl::Time end);
   // A verify step of `shape` took `forward_ms`: the cost model's prediction is scored and the
   // model refreshed. Not for steps with a prefill.
   void ObserveStepCost(const StepShape& shape, double forward_ms);
