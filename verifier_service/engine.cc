@@ -629,12 +629,10 @@ void Engine::Step(const std::vector<Active*>& members) {
     if (verify_only) {
       ObserveStepCost(shape, timing.forward_ms);
     } else {
-      const StepShape verify = VerifyShapeOf(members, batch);
-      prompt_ms =
-          step_cost_->PredictMs(shape) - (verify.batch > 0 ? step_cost_->PredictMs(verify) : 0.0);
+      prompt_ms = step_cost_->PromptsMs(shape, VerifyShapeOf(members, batch));
     }
   }
-  ObserveGate(members, *results, std::max(prompt_ms, 0.0), forward_end);
+  ObserveGate(members, *results, prompt_ms, forward_end);
   for (size_t b = 0; b < members.size(); ++b) {
     ApplyResult(*members[b], batch[b], std::move((*results)[b]), timing);
   }

@@ -79,6 +79,10 @@ StepCostModel::Corners StepCostModel::Around(const StepShape& shape, bool clamp)
   return out;
 }
 
+double StepCostModel::PromptsMs(const StepShape& step, const StepShape& verify) const {
+  return std::max(0.0, PredictMs(step) - (verify.batch > 0 ? PredictMs(verify) : 0.0));
+}
+
 double StepCostModel::PredictMs(const StepShape& shape) const {
   const Corners around = Around(shape, /*clamp=*/false);
   double ms = 0;

@@ -26,9 +26,9 @@ namespace treespec {
 
 // One verify step as the cost model sees it.
 struct StepShape {
-  int batch = 0;        // sequences in the step (>= 1)
-  double drafted = 0;   // drafted nodes per sequence, on average (each also verifies its bonus)
-  double context = 0;   // committed tokens per sequence, on average
+  int batch = 0;       // sequences in the step (>= 1)
+  double drafted = 0;  // drafted nodes per sequence, on average (each also verifies its bonus)
+  double context = 0;  // committed tokens per sequence, on average
 };
 
 // The grid the model was measured on; every axis strictly ascending.
@@ -57,6 +57,10 @@ class StepCostModel {
 
   // Predicted time of a step of `shape`, in milliseconds (> 0).
   double PredictMs(const StepShape& shape) const;
+  // What a step of shape `step` that prefills prompts is priced at for them: its prediction
+  // less that of `verify`, its members that prefill nothing (none: batch 0); never below 0
+  // (averaging a short prompt into the shape can lower a cross term more than the prompt adds).
+  double PromptsMs(const StepShape& step, const StepShape& verify) const;
   // A step of `shape` took `measured_ms`: the grid cells around the shape move toward it, each
   // by its share of the interpolation (the shape clamped into the grid), so a repeated shape's
   // prediction approaches its measured time geometrically. Non-finite or non-positive times

@@ -53,6 +53,24 @@ TEST(StepCostModelTest, InterpolatesBetweenAndExtendsBeyondTheGrid) {
   EXPECT_DOUBLE_EQ(m.PredictMs({1, 0, 10}), Multilinear(1, 0, 64));
 }
 
+// A step that prefills prompts is priced for them at the whole step's prediction less that of
+// its verify members: the gate scores such a step without them.
+TEST(StepCostModelTest, PricesAStepsPromptsAsItsPredictionBeyondItsVerifyMembers) {
+  const StepCostModel m = MakeModel();
+  // Two members verifying one drafted node each at 512 tokens, and a 17-token prompt (16 rows
+  // past its first, no context).
+  const StepShape verify{2, 1.0, 512.0};
+  const StepShape step{3, (2 * 1.0 + 16) / 3, (2 * 512.0) / 3};
+  const double prompts = m.PromptsMs(step, verify);
+  EXPECT_NEAR(prompts, Multilinear(3, step.drafted, step.context) - Multilinear(2, 1, 512), 1e-9);
+  EXPECT_GT(prompts, 0.05 * 16) << "at least its rows' share";
+  EXPECT_DOUBLE_EQ(m.PromptsMs(step, {}), m.PredictMs(step)) << "a step of prompts only";
+  // A one-token prompt averaged into long trees lowers the cross term more than it adds.
+  const StepShape deep{2, 16.0, 4096.0};
+  EXPECT_LT(Multilinear(3, 32.0 / 3, 8192.0 / 3), Multilinear(2, 16, 4096));
+  EXPECT_EQ(m.PromptsMs({3, 32.0 / 3, 8192.0 / 3}, deep), 0.0);
+}
+
 TEST(StepCostModelTest, ObservedStepsPullTheirNeighbourhoodTowardTheMeasuredTime) {
   StepCostModel m = MakeModel();
   const StepShape shape{2, 2.5, 300};
