@@ -625,11 +625,11 @@ void Engine::Step(const std::vector<Active*>& members) {
   // a whole wave in one step.
   double prompt_ms = 0;
   if (step_cost_.has_value()) {
-    const StepShape shape = ShapeOf(batch);
+    const StepShape shape = ShapeOf(members, batch, /*verify_members_only=*/false);
     if (verify_only) {
       ObserveStepCost(shape, timing.forward_ms);
-    } else {
-      prompt_ms = step_cost_->PromptsMs(shape, VerifyShapeOf(members, batch));
+    } else if (options_.speculation_gate) {
+      prompt_ms = step_cost_->PromptsMs(shape, ShapeOf(members, batch, true));
     }
   }
   ObserveGate(members, *results, prompt_ms, forward_end);
@@ -684,23 +684,18 @@ void Engine::ObserveGate(const std::vector<Active*>& members,
   }
 }
 
-StepShape Engine::VerifyShapeOf(const std::vector<Active*>& members,
-                                const std::vector<SeqTree>& batch) {
-  std::vector<SeqTree> verify;
-  for (size_t b = 0; b < members.size(); ++b) {
-    if (members[b]->prefilled) verify.push_back(batch[b]);
-  }
-  return verify.empty() ? StepShape{} : ShapeOf(verify);
-}
-
-StepShape Engine::ShapeOf(const std::vector<SeqTree>& batch) {
+StepShape Engine::ShapeOf(const std::vector<Active*>& members, const std::vector<SeqTree>& batch,
+                          bool verify_members_only) {
+  int n = 0;
   int64_t drafted = 0, context = 0;
-  for (const SeqTree& t : batch) {
-    drafted += static_cast<int64_t>(t.tokens.size()) - 1;
-    context += t.committed_len;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    if (verify_members_only && !members[b]->prefilled) continue;
+    ++n;
+    drafted += static_cast<int64_t>(batch[b].tokens.size()) - 1;
+    context += batch[b].committed_len;
   }
-  const double n = static_cast<double>(batch.size());
-  return {static_cast<int>(batch.size()), drafted / n, context / n};
+  if (n == 0) return {};
+  return {n, static_cast<double>(drafted) / n, static_cast<double>(context) / n};
 }
 
 void Engine::ObserveStepCost(const StepShape& shape, double forward_ms) {

@@ -194,11 +194,11 @@ class Engine {
   // (SelectNodes), remembering what each kept for the calibration; the prompts prefilled in
   // the same step are priced in (PrefillLoad).
   void SelectTrees(const std::vector<Active*>& members, std::vector<DraftedTree>& drafts);
-  // The step-cost model's shape of a step over `batch` (all verify trees; a prompt counts as a
-  // sequence of its tokens), or over its members that prefill no prompt.
-  static StepShape ShapeOf(const std::vector<SeqTree>& batch);
-  static StepShape VerifyShapeOf(const std::vector<Active*>& members,
-                                 const std::vector<SeqTree>& batch);
+  // The step-cost model's shape of a step over `batch` (a prompt counts as a sequence of its
+  // tokens), or with `verify_members_only` over the entries whose member (`members`, in order)
+  // prefills no prompt; batch 0 when there are none. Summed in place.
+  static StepShape ShapeOf(const std::vector<Active*>& members, const std::vector<SeqTree>& batch,
+                           bool verify_members_only);
   // Scores the step that ended at `end` for the speculation gate, per drafter kind of its gated
   // requests (results parallel to members), less `prompt_ms` (what the step-cost model prices
   // the prompts it prefilled at, if any). Every step, so that the next one's interval starts

@@ -121,9 +121,10 @@ class SpeculationGate {
   using Key = std::pair<int, int>;  // (kind index, bucket)
   static Key KeyOf(DraftSourceKind kind, int running);
   // A load seen for the first time starts with the arm that was better at the neighbouring load
-  // of its kind (half or twice), if that has measured both, and their ratio there: rates scale with
-  // the load, ratios change slowly with it. Its first epoch then estimates the other arm by that
-  // ratio, and probes measure it, instead of exploring both from nothing.
+  // of its kind (half or twice), if that has a figure for both (measured or itself estimated),
+  // and their ratio there, doubted by kNeighbourDoubt more than that neighbour's estimate: rates
+  // scale with the load, ratios change more slowly with it. Its first epoch then estimates the
+  // other arm by that ratio, and probes measure it, instead of exploring both from nothing.
   void StartFromNeighbour(Key key, State& s) const;
 
   absl::flat_hash_map<Key, State> states_;

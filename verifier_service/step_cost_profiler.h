@@ -33,8 +33,9 @@ struct StepCostProfileOptions {
   // its drafted points coarse to fine — 0 and 1 drafted nodes, the largest tree that fits, then
   // the middles between timed points — and stops once it has used its share (after the first
   // two), skipping a point whose steps would overrun what is left of it by the first two
-  // points' slope; points it did not time are interpolated between timed neighbours. On the CPU, where a step
-  // costs about its rows, and for the large batches of an 8B model, this is what bounds it.
+  // points' slope; points it did not time are interpolated between timed neighbours. On the
+  // CPU, where a step costs about its rows, and for the large batches of an 8B model, this is
+  // what bounds it.
   double max_seconds = 10;
   std::function<absl::Time()> now = absl::Now;  // the clock (tests pass a fake one)
 };
