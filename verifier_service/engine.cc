@@ -619,10 +619,10 @@ void Engine::Step(const std::vector<Active*>& members) {
       std::all_of(members.begin(), members.end(), [](const Active* a) { return a->prefilled; });
   // A prefilled prompt's cost does not depend on the gate's arm: the gate scores the step
   // without it, as the model prices it. What the model does not foresee stays in: a step that
-  // prefills one prompt beside a batch's trees costs the 8B about twice its prediction (its rows
-  // run in the next power-of-two graph), and in a closed loop trees, which end requests at
-  // different steps, prefill prompts one or two at a time where plain steps, in lockstep, took
-  // a whole wave in one step.
+  // prefills one prompt beside a batch's trees can cost more than its prediction (its rows run
+  // in the next graph bucket), and in a closed loop trees, which end requests at different
+  // steps, prefill prompts one or two at a time where plain steps, in lockstep, took a whole
+  // wave in one step.
   double prompt_ms = 0;
   if (step_cost_.has_value()) {
     const StepShape shape = ShapeOf(members, batch, /*verify_members_only=*/false);

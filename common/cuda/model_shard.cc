@@ -40,10 +40,13 @@ const char* ShardOpName(ShardOp op) {
 
 namespace {
 
-// The rows a graph of `rows` rows is captured for, and its bucket: powers of two, except
-// multiples of 8 from 8 to 64 rows, so a verify step's 17 rows (16 drafted nodes + the root)
-// run the few-row GEMM's 24-row form, which is faster than its 32-row form (measured:
-// docs/experiments/README.md, 'the 17-row step').
+// The rows a graph of `rows` rows is captured for, and its bucket: 1, 2, 4, 8; multiples of 8
+// up to 64 rows, so a verify step's 17 rows (16 drafted nodes + the root) run the few-row GEMM's
+// 24-row form, which is faster than its 32-row form (measured: docs/experiments/README.md, 'the
+// 17-row step'); multiples of 64 up to 512; then eight buckets per doubling. Past a few hundred
+// rows a step's GEMMs are compute-bound and a padded row costs what a real one does, so the
+// padding is kept under an eighth there: a batch's trees of 480 rows with one 128-token prompt
+// beside them run 640 rows, where a power-of-two bucket ran 1,024.
 struct GraphBucket {
   int rows, index;
 };
@@ -57,8 +60,12 @@ GraphBucket GraphBucketOf(int rows) {
     const int eighths = (rows + 7) / 8;  // 2..8
     return {8 * eighths, 2 + eighths};   // 16, 24, ..., 64 -> 4..10
   }
-  int index = 10, padded = 64;
-  while (padded < rows) padded *= 2, ++index;
+  int index = 10, padded = 64, step = 64;  // 128, 192, ..., 512 -> 11..17; 640, ..., 1024 ...
+  while (padded < rows) {
+    if (padded >= 8 * step) step *= 2;
+    padded += step;
+    ++index;
+  }
   return {padded, index};
 }
 

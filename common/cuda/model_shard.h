@@ -71,9 +71,9 @@ struct ShardOptions {
   size_t step_bytes = 0;  // verify-step input buffer (StepInputs)
   int step_rows = 0;      // rows of one verify step (choices)
   size_t step_out_ints = 0;
-  // tp == 1: replay each forward as a CUDA graph per bucket of rows (powers of two, except
-  // multiples of 8 up to 64 rows: GraphBucketOf; the rows past the real ones compute on a
-  // scratch KV slot and are ignored).
+  // tp == 1: replay each forward as a CUDA graph per bucket of rows (GraphBucketOf: 1, 2, 4, 8,
+  // multiples of 8 to 64, of 64 to 512, then eight per doubling); the rows past the real ones
+  // compute on a scratch KV slot and are ignored.
   bool cuda_graphs = true;
   GemmOptions gemm;
   int attention_tile_rows = 0;             // TreeAttentionOptions::tile_rows
