@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_check.h"
 #include "common/cuda/random_fill.h"
@@ -24,33 +23,36 @@ int64_t Numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// Full shapes of the tensors `config` uses, by Hugging Face name.
-std::shared_ptr<absl::flat_hash_map<std::string, std::vector<int64_t>>> Shapes(
-    const ModelConfig& config) {
-  auto shapes = std::make_shared<absl::flat_hash_map<std::string, std::vector<int64_t>>>();
+// The slots of the tensors `config` uses (full shapes and kinds; no storage), by Hugging Face
+// name.
+std::shared_ptr<absl::flat_hash_map<std::string, TensorSlot>> Slots(const ModelConfig& config) {
+  auto slots = std::make_shared<absl::flat_hash_map<std::string, TensorSlot>>();
   ModelWeights empty;
   ForEachTensor(config, empty, [&](TensorSlot& slot) {
-    if (slot.present) (*shapes)[slot.hf_name] = slot.shape;
+    if (!slot.present) return;
+    TensorSlot& kept = (*slots)[slot.hf_name] = slot;
+    kept.tensor = nullptr;
   });
-  return shapes;
+  return slots;
 }
 
 }  // namespace
 
 TensorSource HostTensors(const ModelConfig& config, const ModelWeights& weights) {
-  auto by_name = std::make_shared<absl::flat_hash_map<std::string, const Tensor*>>();
+  auto by_name = std::make_shared<absl::flat_hash_map<std::string, TensorSlot>>();
   // ForEachTensor only reads here; it takes a mutable reference for the loader's sake.
   ForEachTensor(config, const_cast<ModelWeights&>(weights), [&](TensorSlot& slot) {
-    if (slot.present) (*by_name)[slot.hf_name] = slot.tensor;
+    if (slot.present) (*by_name)[slot.hf_name] = slot;
   });
   return [by_name](const std::string& name) -> absl::StatusOr<DeviceTensor> {
     const auto it = by_name->find(name);
     if (it == by_name->end()) return absl::InvalidArgumentError(absl::StrCat("no tensor ", name));
-    const Tensor& t = *it->second;
+    const Tensor& t = *it->second.tensor;
     std::vector<uint16_t> host(t.numel());
     for (int64_t i = 0; i < t.numel(); ++i) host[i] = FloatToBf16Bits(t.data()[i]);
     DeviceTensor out;
     out.shape = t.shape();
+    out.kind = it->second.kind;
     ASSIGN_OR_RETURN(out.data, DeviceBuffer<bf16>::Create(host.size()));
     RETURN_IF_ERROR(out.data.CopyFromHost(
         absl::MakeConstSpan(reinterpret_cast<const bf16*>(host.data()), host.size())));
@@ -60,23 +62,24 @@ TensorSource HostTensors(const ModelConfig& config, const ModelWeights& weights)
 
 TensorSource RandomTensors(const ModelConfig& config, uint64_t seed, cudaStream_t stream,
                            RandomStyle style) {
-  auto shapes = Shapes(config);
+  auto slots = Slots(config);
   const float hidden = static_cast<float>(config.hidden_size);
-  return [shapes, seed, stream, hidden,
+  return [slots, seed, stream, hidden,
           style](const std::string& name) -> absl::StatusOr<DeviceTensor> {
-    const auto it = shapes->find(name);
-    if (it == shapes->end()) return absl::InvalidArgumentError(absl::StrCat("no tensor ", name));
+    const auto it = slots->find(name);
+    if (it == slots->end()) return absl::InvalidArgumentError(absl::StrCat("no tensor ", name));
     DeviceTensor out;
-    out.shape = it->second;
+    out.shape = it->second.shape;
+    out.kind = it->second.kind;
     const int64_t n = Numel(out.shape);
     ASSIGN_OR_RETURN(out.data, DeviceBuffer<bf16>::Create(n));
     float center = 0.0f, sigma;
-    if (absl::EndsWith(name, "norm.weight")) {
+    if (out.kind == SlotKind::kNorm) {
       center = 1.0f;
       sigma = 0.2f;
-    } else if (absl::EndsWith(name, ".bias")) {
+    } else if (out.shape.size() == 1) {  // a bias
       sigma = 0.3f;
-    } else if (absl::StrContains(name, "embed_tokens") || absl::StrContains(name, "lm_head")) {
+    } else if (out.kind == SlotKind::kVocab) {
       sigma = 3.0f / std::sqrt(hidden);
     } else {
       sigma = 1.0f / std::sqrt(static_cast<float>(out.shape[1]));
@@ -84,9 +87,8 @@ TensorSource RandomTensors(const ModelConfig& config, uint64_t seed, cudaStream_
     std::string key = name;
     if (style == RandomStyle::kDecisive) {
       if (name == "lm_head.weight") key = "model.embed_tokens.weight";
-      if (absl::EndsWith(name, "o_proj.weight") || absl::EndsWith(name, "down_proj.weight")) {
-        sigma *= 1e-3f;
-      }
+      // The blocks' output projections, which add to the residual stream.
+      if (out.kind == SlotKind::kQHeadsIn || out.kind == SlotKind::kMlpIn) sigma *= 1e-3f;
     }
     CUDA_RETURN_IF_ERROR(LaunchFillUniformBf16(out.data.data(), n,
                                                seed ^ std::hash<std::string>{}(key), center,
@@ -105,7 +107,7 @@ absl::StatusOr<DeviceBuffer<bf16>> MakeShard(const TensorSource& source, const M
   int64_t total = 0;
   for (const std::string& name : names) {
     ASSIGN_OR_RETURN(DeviceTensor t, source(name));
-    ASSIGN_OR_RETURN(TpSlice s, TpSliceOf(config, name, plan));
+    TpSlice s = TpSliceOf(config, t.kind, plan);
     const int64_t rows = t.shape[0], cols = t.shape.size() == 2 ? t.shape[1] : 1;
     if (s.axis == TpSlice::Axis::kAll) s = {TpSlice::Axis::kRows, 0, rows};
     const int64_t limit = s.axis == TpSlice::Axis::kRows ? rows : cols;

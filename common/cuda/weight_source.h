@@ -1,7 +1,8 @@
 // Where the CUDA backend's weights come from, and how one tensor-parallel rank's share of them
 // is cut on the device. A TensorSource makes one named Hugging Face tensor in full on the
-// current device (bf16); MakeShard slices it by the rank's rule (TpSliceOf, the CPU sharder's
-// table) and concatenates several along dim 0 (fused QKV and gate/up projections).
+// current device (bf16); MakeShard slices it by the rank's rule for its slot kind (TpSliceOf,
+// the CPU sharder's table) and concatenates several along dim 0 (fused QKV and gate/up
+// projections).
 #ifndef TREESPEC_COMMON_CUDA_WEIGHT_SOURCE_H_
 #define TREESPEC_COMMON_CUDA_WEIGHT_SOURCE_H_
 
@@ -24,7 +25,8 @@ namespace treespec::gpu {
 
 struct DeviceTensor {
   DeviceBuffer<__nv_bfloat16> data;
-  std::vector<int64_t> shape;  // full Hugging Face shape, [out, in] or [n]
+  std::vector<int64_t> shape;        // full Hugging Face shape, [out, in] or [n]
+  SlotKind kind = SlotKind::kWhole;  // its slot's (ForEachTensor): how a rank's share is cut
 };
 
 // Makes the named tensor on the current device; INVALID_ARGUMENT for a name the config lacks.
@@ -55,7 +57,8 @@ enum class RandomStyle {
 TensorSource RandomTensors(const ModelConfig& config, uint64_t seed, cudaStream_t stream,
                            RandomStyle style = RandomStyle::kSpread);
 
-// Rank `plan`'s slices of `names` (TpSliceOf), concatenated along dim 0, on the current device.
+// Rank `plan`'s slices of `names` (TpSliceOf of each one's kind), concatenated along dim 0, on the
+// current device.
 absl::StatusOr<DeviceBuffer<__nv_bfloat16>> MakeShard(const TensorSource& source,
                                                       const ModelConfig& config,
                                                       const TpRankPlan& plan,

@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "common/model/causal_lm.h"
 #include "common/model/config.h"
 #include "common/model/dtype.h"
@@ -65,12 +64,11 @@ inline ModelWeights RandomWeights(const ModelConfig& config, uint64_t seed) {
   ForEachTensor(config, w, [&](TensorSlot& slot) {
     if (!slot.present) return;
     *slot.tensor = Tensor(slot.shape);
-    const std::string& name = slot.hf_name;
-    if (absl::EndsWith(name, "norm.weight")) {
+    if (slot.kind == SlotKind::kNorm) {
       FillUniform(rng, 1.0f, 0.2f, *slot.tensor);
-    } else if (absl::EndsWith(name, ".bias")) {
+    } else if (slot.shape.size() == 1) {  // a bias
       FillUniform(rng, 0.0f, 0.3f, *slot.tensor);
-    } else if (absl::StrContains(name, "embed_tokens") || absl::StrContains(name, "lm_head")) {
+    } else if (slot.kind == SlotKind::kVocab) {
       FillUniform(rng, 0.0f, 3.0f / std::sqrt(static_cast<float>(config.hidden_size)),
                   *slot.tensor);
     } else {

@@ -99,7 +99,7 @@ void ExpectRandomValues(const ModelConfig& c, ModelWeights& w, DType dtype, uint
     }
     ASSERT_EQ(slot.tensor->shape(), slot.shape) << slot.hf_name;
     std::vector<float> want(slot.tensor->numel());
-    RandomTensorValues(seed, std, slot.hf_name, 0, absl::MakeSpan(want));
+    RandomTensorValues(seed, std, slot.hf_name, slot.kind, 0, absl::MakeSpan(want));
     std::vector<uint8_t> stored(want.size() * DTypeSize(dtype));
     ConvertFromFloat(dtype, want, stored.data());
     ConvertToFloat(dtype, stored.data(), absl::MakeSpan(want));
@@ -208,7 +208,8 @@ TEST_F(ModelDirTest, DeterministicAndSeedDependent) {
 TEST_F(ModelDirTest, RandomValuesLookLikeTheInit) {
   // Mean ~0 and std ~init_std for matrices; norms centred on 1.
   std::vector<float> v(1 << 16);
-  RandomTensorValues(1, 0.02f, "model.layers.0.mlp.up_proj.weight", 0, absl::MakeSpan(v));
+  RandomTensorValues(1, 0.02f, "model.layers.0.mlp.up_proj.weight", SlotKind::kMlpOut, 0,
+                     absl::MakeSpan(v));
   double sum = 0, sum2 = 0;
   for (float x : v) {
     sum += x;
@@ -217,13 +218,13 @@ TEST_F(ModelDirTest, RandomValuesLookLikeTheInit) {
   const double mean = sum / v.size();
   EXPECT_NEAR(mean, 0.0, 0.001);
   EXPECT_NEAR(std::sqrt(sum2 / v.size() - mean * mean), 0.02, 0.0005);
-  RandomTensorValues(1, 0.02f, "model.norm.weight", 0, absl::MakeSpan(v));
+  RandomTensorValues(1, 0.02f, "model.norm.weight", SlotKind::kNorm, 0, absl::MakeSpan(v));
   sum = 0;
   for (float x : v) sum += x;
   EXPECT_NEAR(sum / v.size(), 1.0, 0.001);
   // Values depend on the element index only, not on where a chunk starts.
   std::vector<float> tail(100);
-  RandomTensorValues(1, 0.02f, "model.norm.weight", 1001, absl::MakeSpan(tail));
+  RandomTensorValues(1, 0.02f, "model.norm.weight", SlotKind::kNorm, 1001, absl::MakeSpan(tail));
   for (int i = 0; i < 100; ++i) ASSERT_EQ(tail[i], v[1001 + i]);
 }
 

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -179,10 +180,9 @@ std::string ModelConfigToHfJson(const ModelConfig& c, DType dtype, float initial
   return j.dump(2, ' ', false, OrderedJson::error_handler_t::replace) + "\n";
 }
 
-void RandomTensorValues(uint64_t seed, float init_std, const std::string& hf_name, int64_t begin,
-                        absl::Span<float> out) {
-  const bool norm = absl::EndsWith(hf_name, "norm.weight");
-  FillNormal(TensorKey(seed, hf_name), begin, out, norm ? 1.0f : 0.0f, init_std);
+void RandomTensorValues(uint64_t seed, float init_std, const std::string& hf_name, SlotKind kind,
+                        int64_t begin, absl::Span<float> out) {
+  FillNormal(TensorKey(seed, hf_name), begin, out, kind == SlotKind::kNorm ? 1.0f : 0.0f, init_std);
 }
 
 absl::Status WriteRandomModel(const ModelConfig& config, const RandomModelOptions& options,
@@ -200,9 +200,12 @@ absl::Status WriteRandomModel(const ModelConfig& config, const RandomModelOption
 
   // The tensors this config has, in ForEachTensor order, with shapes but no storage.
   std::vector<SafetensorsEntry> entries;
+  absl::flat_hash_map<std::string, SlotKind> kinds;
   ModelWeights shapes_only;
   ForEachTensor(config, shapes_only, [&](TensorSlot& slot) {
-    if (slot.present) entries.push_back({slot.hf_name, options.dtype, slot.shape});
+    if (!slot.present) return;
+    entries.push_back({slot.hf_name, options.dtype, slot.shape});
+    kinds[slot.hf_name] = slot.kind;
   });
   const int shards = options.num_shards;
   if (shards < 1 || shards > static_cast<int>(entries.size())) {
@@ -239,6 +242,7 @@ absl::Status WriteRandomModel(const ModelConfig& config, const RandomModelOption
                      SafetensorsWriter::Create(dir + "/" + file_name, shard_entries[s]));
     for (const SafetensorsEntry& e : shard_entries[s]) {
       weight_map[e.name] = file_name;
+      const SlotKind kind = kinds.at(e.name);
       int64_t numel = 1;
       for (int64_t d : e.shape) numel *= d;
       for (int64_t begin = 0; begin < numel; begin += kChunk) {
@@ -249,7 +253,7 @@ absl::Status WriteRandomModel(const ModelConfig& config, const RandomModelOption
         for (int64_t lo = 0; lo < n; lo += per) {
           const int64_t hi = std::min(n, lo + per);
           workers.emplace_back([&, lo, hi] {
-            RandomTensorValues(options.seed, options.init_std, e.name, begin + lo,
+            RandomTensorValues(options.seed, options.init_std, e.name, kind, begin + lo,
                                absl::MakeSpan(chunk).subspan(lo, hi - lo));
           });
         }

@@ -11,6 +11,7 @@
 #include "absl/types/span.h"
 #include "common/model/config.h"
 #include "common/model/dtype.h"
+#include "common/model/weights.h"
 
 namespace treespec {
 
@@ -27,11 +28,11 @@ struct RandomModelOptions {
 std::string ModelConfigToHfJson(const ModelConfig& config, DType dtype,
                                 float initializer_range = 0.02f);
 
-// The fp32 values of tensor `hf_name` from element `begin` on (before rounding to the storage
-// dtype), as WriteRandomModel writes them: a pure function of (seed, name, index), so sharding
-// and chunking do not change them. Norm weights (names ending in "norm.weight") are 1 + noise.
-void RandomTensorValues(uint64_t seed, float init_std, const std::string& hf_name, int64_t begin,
-                        absl::Span<float> out);
+// The fp32 values of tensor `hf_name` (a slot of `kind`) from element `begin` on (before
+// rounding to the storage dtype), as WriteRandomModel writes them: a pure function of (seed,
+// name, index), so sharding and chunking do not change them. Norm weights are 1 + noise.
+void RandomTensorValues(uint64_t seed, float init_std, const std::string& hf_name, SlotKind kind,
+                        int64_t begin, absl::Span<float> out);
 
 // Creates `dir` if needed and writes config.json, the safetensors file(s) and, when asked,
 // tokenizer.json. Stale checkpoint files in `dir` (model*.safetensors, the index) are removed

@@ -69,29 +69,27 @@ absl::Status ValidateWeightShapes(const ModelConfig& config, const ModelWeights&
   return status;
 }
 
-absl::StatusOr<TpSlice> TpSliceOf(const ModelConfig& config, const std::string& name,
-                                  const TpRankPlan& p) {
+TpSlice TpSliceOf(const ModelConfig& config, SlotKind kind, const TpRankPlan& p) {
   const int64_t d = config.head_dim;
-  auto ends = [&](const char* suffix) { return absl::EndsWith(name, suffix); };
   using Axis = TpSlice::Axis;
-  if (ends("embed_tokens.weight") || ends("lm_head.weight")) {
-    return TpSlice{Axis::kRows, p.vocab_begin, p.vocab_end};
+  switch (kind) {
+    case SlotKind::kVocab:
+      return {Axis::kRows, p.vocab_begin, p.vocab_end};
+    case SlotKind::kQHeads:
+      return {Axis::kRows, p.q_head_begin * d, p.q_head_end * d};
+    case SlotKind::kKvHeads:
+      return {Axis::kRows, p.kv_head_begin * d, p.kv_head_end * d};
+    case SlotKind::kQHeadsIn:
+      return {Axis::kColumns, p.q_head_begin * d, p.q_head_end * d};
+    case SlotKind::kMlpOut:
+      return {Axis::kRows, p.mlp_begin, p.mlp_end};
+    case SlotKind::kMlpIn:
+      return {Axis::kColumns, p.mlp_begin, p.mlp_end};
+    case SlotKind::kNorm:
+    case SlotKind::kWhole:
+      break;
   }
-  if (ends("q_proj.weight") || ends("q_proj.bias")) {
-    return TpSlice{Axis::kRows, p.q_head_begin * d, p.q_head_end * d};
-  }
-  if (ends("k_proj.weight") || ends("k_proj.bias") || ends("v_proj.weight") ||
-      ends("v_proj.bias")) {
-    return TpSlice{Axis::kRows, p.kv_head_begin * d, p.kv_head_end * d};
-  }
-  if (ends("o_proj.weight")) return TpSlice{Axis::kColumns, p.q_head_begin * d, p.q_head_end * d};
-  if (ends("gate_proj.weight") || ends("up_proj.weight")) {
-    return TpSlice{Axis::kRows, p.mlp_begin, p.mlp_end};
-  }
-  if (ends("down_proj.weight")) return TpSlice{Axis::kColumns, p.mlp_begin, p.mlp_end};
-  if (ends("layernorm.weight") || ends("norm.weight")) return TpSlice{};
-  if (name == "fc.weight") return TpSlice{};
-  return absl::InternalError(absl::StrCat("no tensor-parallel rule for ", name));
+  return {};
 }
 
 absl::StatusOr<ModelWeights> ShardWeights(const ModelConfig& config, const ModelWeights& full,
@@ -105,29 +103,23 @@ absl::StatusOr<ModelWeights> ShardWeights(const ModelConfig& config, const Model
   const std::vector<const Tensor*> source = TensorsInOrder(config, full);
 
   ModelWeights shard;
-  absl::Status status;
   size_t index = 0;
   ForEachTensor(config, shard, [&](TensorSlot& slot) {
     const Tensor& t = *source[index++];
-    if (!status.ok() || !slot.present) return;
-    const absl::StatusOr<TpSlice> slice = TpSliceOf(config, slot.hf_name, p);
-    if (!slice.ok()) {
-      status = slice.status();
-      return;
-    }
-    switch (slice->axis) {
+    if (!slot.present) return;
+    const TpSlice slice = TpSliceOf(config, slot.kind, p);
+    switch (slice.axis) {
       case TpSlice::Axis::kRows:
-        *slot.tensor = CopyRows(t, slice->begin, slice->end);
+        *slot.tensor = CopyRows(t, slice.begin, slice.end);
         break;
       case TpSlice::Axis::kColumns:
-        *slot.tensor = CopyColumns(t, slice->begin, slice->end);
+        *slot.tensor = CopyColumns(t, slice.begin, slice.end);
         break;
       case TpSlice::Axis::kAll:
         *slot.tensor = t.Clone();
         break;
     }
   });
-  if (!status.ok()) return status;
   return shard;
 }
 

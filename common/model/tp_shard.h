@@ -1,13 +1,14 @@
-// Cuts a rank's weights out of the full model (DESIGN §6). Every tensor in ForEachTensor has
-// a slicing rule here; a tensor without one is an error, so a new tensor cannot be silently
-// replicated or dropped.
+// Cuts a rank's weights out of the full model (DESIGN §6). The rule is the tensor slot's kind
+// (weights.h: SlotKind), so a new tensor states how it is cut where it is listed:
 //
-//   column-parallel (rows of [out, in]):  q/k/v_proj (+ bias), gate_proj, up_proj
-//   row-parallel (columns of [out, in]):  o_proj, down_proj
-//   vocab-parallel (rows):                embed_tokens, lm_head (tied: the embed slice serves)
-//   replicated:                           every RMSNorm weight (layer, q/k, final) and the
-//                                         context projection's fc (every rank projects the K/V
-//                                         of its heads from the whole context row)
+//   column-parallel (rows of [out, in]):  kQHeads, kKvHeads (q/k/v_proj and biases), kMlpOut
+//                                         (gate_proj, up_proj)
+//   row-parallel (columns of [out, in]):  kQHeadsIn (o_proj), kMlpIn (down_proj)
+//   vocab-parallel (rows):                kVocab (embed_tokens, lm_head; tied: the embed slice
+//                                         serves)
+//   replicated:                           kNorm (every RMSNorm weight) and kWhole (the context
+//                                         projection's fc: every rank projects the K/V of its
+//                                         heads from the whole context row)
 #ifndef TREESPEC_COMMON_MODEL_TP_SHARD_H_
 #define TREESPEC_COMMON_MODEL_TP_SHARD_H_
 
@@ -28,11 +29,9 @@ struct TpSlice {
   int64_t begin = 0, end = 0;  // rows or columns [begin, end); unused for kAll
 };
 
-// The slicing rule above for the tensor named `hf_name` on the rank `rank`; the single rule
-// table the CPU shards here and the CUDA backend slices on the device with. INTERNAL for a
-// tensor without a rule.
-absl::StatusOr<TpSlice> TpSliceOf(const ModelConfig& config, const std::string& hf_name,
-                                  const TpRankPlan& rank);
+// The slicing rule above for a tensor of `kind` on the rank `rank`; the single rule table the
+// CPU shards here and the CUDA backend slices on the device with.
+TpSlice TpSliceOf(const ModelConfig& config, SlotKind kind, const TpRankPlan& rank);
 
 // Copies rank `rank`'s slices of `full` (shapes as ForEachTensor says for `config`). The
 // result has the layout of ModelWeights with the rank's sizes, e.g. wq [rank q heads *

@@ -31,23 +31,37 @@ struct LayerWeights {
 };
 
 struct ModelWeights {
-  Tensor embed;       // [vocab, hidden]
+  Tensor embed;                      // [vocab, hidden]
   std::vector<LayerWeights> layers;  // [num_layers]
-  Tensor final_norm;  // [hidden]
-  Tensor lm_head;     // [vocab, hidden]; empty when tie_word_embeddings (use embed)
+  Tensor final_norm;                 // [hidden]
+  Tensor lm_head;                    // [vocab, hidden]; empty when tie_word_embeddings (use embed)
   // The context projection (config.context_width > 0; DFlash's "fc" and "hidden_norm"): a
   // context row c = RMSNorm(row · context_fcᵀ) · context_norm feeds every layer's K/V.
   Tensor context_fc;    // [hidden, context_width]
   Tensor context_norm;  // [hidden]
 };
 
+// What a tensor slot holds, which says how tensor parallelism cuts it (TpSliceOf in
+// tp_shard.h) and how random weights fill it. Rank-1 slots of a head or MLP kind are biases.
+enum class SlotKind {
+  kVocab,     // [vocab, hidden]: rows of the rank's vocabulary range (embedding, LM head)
+  kNorm,      // an RMSNorm weight: every rank holds it whole
+  kQHeads,    // rows (a bias: elements) of the rank's query heads (q_proj)
+  kKvHeads,   // rows (a bias: elements) of the rank's KV heads (k_proj, v_proj)
+  kQHeadsIn,  // columns of the rank's query heads: attention's output projection (o_proj)
+  kMlpOut,    // rows of the rank's MLP slice (gate_proj, up_proj)
+  kMlpIn,     // columns of the rank's MLP slice: the MLP's output projection (down_proj)
+  kWhole,     // any other tensor every rank holds whole (the context projection's fc)
+};
+
 // Describes one tensor slot for the loader, the random-model writer and the TP sharder:
-// its Hugging Face name, expected full shape, and whether the config says it exists.
+// its Hugging Face name, expected full shape, whether the config says it exists, and its kind.
 struct TensorSlot {
-  std::string hf_name;           // "model.layers.3.self_attn.q_proj.weight"
-  std::vector<int64_t> shape;    // full (unsharded) shape
-  bool present;                  // false: optional tensor this config does not use
-  Tensor* tensor;                // where it lives in ModelWeights
+  std::string hf_name;         // "model.layers.3.self_attn.q_proj.weight"
+  std::vector<int64_t> shape;  // full (unsharded) shape
+  bool present;                // false: optional tensor this config does not use
+  SlotKind kind;
+  Tensor* tensor;  // where it lives in ModelWeights
 };
 
 // Visits the tensor slots of one decoder layer, named `prefix` + "self_attn.q_proj.weight" etc.

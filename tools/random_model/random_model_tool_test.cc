@@ -57,7 +57,8 @@ TEST_F(RandomModelToolTest, WritesALoadableModel) {
   absl::StatusOr<ModelWeights> w = LoadModelWeights(dir_, *c);
   ASSERT_TRUE(w.ok()) << w.status();
   std::vector<float> want(w->embed.numel());
-  RandomTensorValues(3, 0.02f, "model.embed_tokens.weight", 0, absl::MakeSpan(want));
+  RandomTensorValues(3, 0.02f, "model.embed_tokens.weight", SlotKind::kVocab, 0,
+                     absl::MakeSpan(want));
   for (size_t i = 0; i < want.size(); ++i) {
     ASSERT_EQ(w->embed.data()[i], HalfBitsToFloat(FloatToHalfBits(want[i]))) << i;
   }
