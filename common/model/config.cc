@@ -375,6 +375,11 @@ absl::Status CheckNoSlidingWindow(const FieldReader& r, const ModelConfig& c) {
 
 }  // namespace
 
+LayerSpec LayerSpecOf(const ModelConfig& /*config*/, int /*layer*/) {
+  // Every architecture ParseModelConfig accepts is GQA attention and dense MLPs throughout.
+  return LayerSpec{AttentionKind::kGqa, MlpKind::kDense};
+}
+
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text) {
   Json root;
   try {

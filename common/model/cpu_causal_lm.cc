@@ -115,8 +115,10 @@ class CpuCausalLm final : public CausalLm {
   // The forward pass of one rank.
   void RankForward(Rank& r, const BatchPlan& b) const;
   void Embed(Rank& r, const BatchPlan& b) const;
-  void Attention(Rank& r, const BatchPlan& b, int layer) const;
-  void Mlp(Rank& r, int num_rows, int layer) const;
+  // The blocks of a layer (LayerSpecOf): each reads r.h [M, hidden] and leaves this rank's
+  // part of its output in r.out [M, hidden], which RankForward all-reduces.
+  void GqaAttention(Rank& r, const BatchPlan& b, int layer) const;
+  void DenseMlp(Rank& r, int num_rows, int layer) const;
   void LmHead(Rank& r, const BatchPlan& b) const;
   void CaptureFeatures(const Rank& r, const BatchPlan& b, int layer) const;
   // Layer `layer`'s K/V of `rows` input rows x [rows, hidden] for this rank's heads, into the
@@ -149,12 +151,17 @@ void CpuCausalLm::RankForward(Rank& r, const BatchPlan& b) const {
   Embed(r, b);                                                  // x = embed[tokens]
   for (int l = 0; l < config_.num_layers; ++l) {
     const LayerWeights& w = r.w.layers[l];
+    const LayerSpec spec = LayerSpecOf(config_, l);
     RmsNorm(r.x.data(), w.input_norm.data(), m, hidden, eps, r.h.data());
-    Attention(r, b, l);                                         // out = o_proj(attn(h))
+    switch (spec.attention) {                                   // out = attention(h)
+      case AttentionKind::kGqa: GqaAttention(r, b, l); break;
+    }
     r.comm->AllReduceSum(absl::MakeSpan(r.out));
     AddInPlace(r.out.data(), r.out.size(), r.x.data());         // x += out
     RmsNorm(r.x.data(), w.post_norm.data(), m, hidden, eps, r.h.data());
-    Mlp(r, m, l);                                               // out = mlp(h)
+    switch (spec.mlp) {                                         // out = mlp(h)
+      case MlpKind::kDense: DenseMlp(r, m, l); break;
+    }
     r.comm->AllReduceSum(absl::MakeSpan(r.out));
     AddInPlace(r.out.data(), r.out.size(), r.x.data());         // x += out
     CaptureFeatures(r, b, l);
@@ -194,8 +201,8 @@ void CpuCausalLm::Embed(Rank& r, const BatchPlan& b) const {
 
 // out [M, hidden] = o_proj(tree attention of h [M, hidden]) over this rank's heads; writes the
 // new nodes' K/V to their slots first.
-void CpuCausalLm::Attention(Rank& r, const BatchPlan& b, int layer) const {
-  const LayerWeights& w = r.w.layers[layer];
+void CpuCausalLm::GqaAttention(Rank& r, const BatchPlan& b, int layer) const {
+  const GqaWeights& w = r.w.layers[layer].gqa;
   const int m = b.num_rows, hidden = config_.hidden_size, d = config_.head_dim;
   const int hq = r.plan.num_q_heads(), hkv = r.plan.num_kv_heads();
   r.q.resize(static_cast<size_t>(m) * hq * d);
@@ -223,7 +230,7 @@ void CpuCausalLm::Attention(Rank& r, const BatchPlan& b, int layer) const {
 void CpuCausalLm::ProjectKv(Rank& r, const float* x, int rows, int layer, const float* cos,
                             const float* sin, absl::Span<const int> slot_page,
                             absl::Span<const int> slot_offset) const {
-  const LayerWeights& w = r.w.layers[layer];
+  const GqaWeights& w = r.w.layers[layer].gqa;
   const int hidden = config_.hidden_size, d = config_.head_dim, hkv = r.plan.num_kv_heads();
   r.k.resize(static_cast<size_t>(rows) * hkv * d);
   r.v.resize(static_cast<size_t>(rows) * hkv * d);
@@ -245,8 +252,8 @@ void CpuCausalLm::ProjectKv(Rank& r, const float* x, int rows, int layer, const 
 }
 
 // out [M, hidden] = down(silu(gate(h)) * up(h)) over this rank's MLP columns.
-void CpuCausalLm::Mlp(Rank& r, int m, int layer) const {
-  const LayerWeights& w = r.w.layers[layer];
+void CpuCausalLm::DenseMlp(Rank& r, int m, int layer) const {
+  const DenseMlpWeights& w = r.w.layers[layer].mlp;
   const int hidden = config_.hidden_size, f = r.plan.mlp_width();
   r.gate.resize(static_cast<size_t>(m) * f);
   r.up.resize(static_cast<size_t>(m) * f);

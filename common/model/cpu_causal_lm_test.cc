@@ -180,16 +180,16 @@ std::vector<double> NaiveForward(const ModelConfig& c, const ModelWeights& w,
     std::vector<Vec> q(P), k(P), v(P);
     for (int p = 0; p < P; ++p) {
       const Vec h = rms(x[p], lw.input_norm.data(), 0, D);
-      q[p] = linear(lw.wq, lw.bq, h);
-      k[p] = linear(lw.wk, lw.bk, h);
-      v[p] = linear(lw.wv, lw.bv, h);
+      q[p] = linear(lw.gqa.wq, lw.gqa.bq, h);
+      k[p] = linear(lw.gqa.wk, lw.gqa.bk, h);
+      v[p] = linear(lw.gqa.wv, lw.gqa.bv, h);
       if (c.qk_norm) {
         for (int hh = 0; hh < hq; ++hh) {
-          const Vec n = rms(q[p], lw.q_norm.data(), hh * d, d);
+          const Vec n = rms(q[p], lw.gqa.q_norm.data(), hh * d, d);
           std::copy(n.begin(), n.end(), q[p].begin() + hh * d);
         }
         for (int hh = 0; hh < hkv; ++hh) {
-          const Vec n = rms(k[p], lw.k_norm.data(), hh * d, d);
+          const Vec n = rms(k[p], lw.gqa.k_norm.data(), hh * d, d);
           std::copy(n.begin(), n.end(), k[p].begin() + hh * d);
         }
       }
@@ -213,13 +213,13 @@ std::vector<double> NaiveForward(const ModelConfig& c, const ModelWeights& w,
           for (int e = 0; e < d; ++e) attn[hh * d + e] += s[j] / sum * v[j][g * d + e];
         }
       }
-      const Vec o = linear(lw.wo, none, attn);
+      const Vec o = linear(lw.gqa.wo, none, attn);
       for (int i = 0; i < D; ++i) x[p][i] += o[i];
       const Vec h = rms(x[p], lw.post_norm.data(), 0, D);
-      const Vec gate = linear(lw.w_gate, none, h), up = linear(lw.w_up, none, h);
+      const Vec gate = linear(lw.mlp.w_gate, none, h), up = linear(lw.mlp.w_up, none, h);
       Vec act(F);
       for (int i = 0; i < F; ++i) act[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
-      const Vec down = linear(lw.w_down, none, act);
+      const Vec down = linear(lw.mlp.w_down, none, act);
       for (int i = 0; i < D; ++i) x[p][i] += down[i];
     }
   }
@@ -560,7 +560,7 @@ TEST(CpuCausalLmTest, CreateRejectsBadOptionsAndWeights) {
             absl::StatusCode::kInvalidArgument);
   o.kv_page_size = 16;
   ModelWeights w = RandomWeights(c, 1);
-  w.layers[0].w_up = Tensor({3, 4});
+  w.layers[0].mlp.w_up = Tensor({3, 4});
   auto bad = CreateCpuCausalLm(c, std::move(w), o);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("up_proj"), std::string::npos) << bad.status();

@@ -16,7 +16,7 @@ void ForEachDflashTensor(const DflashConfig& config, ModelWeights& w,
   };
   w.layers.resize(c.num_layers);
   for (int i = 0; i < c.num_layers; ++i) {
-    ForEachLayerTensor(c, absl::StrCat("layers.", i, "."), w.layers[i], fn);
+    ForEachLayerTensor(c, i, absl::StrCat("layers.", i, "."), w.layers[i], fn);
   }
   visit("norm.weight", {hidden}, SlotKind::kNorm, &w.final_norm);
   visit("fc.weight", {hidden, c.context_width}, SlotKind::kWhole, &w.context_fc);

@@ -143,8 +143,8 @@ TEST_P(RoundTripTest, LoadsWhatWasWritten) {
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_EQ(w->layers.size(), 2u);
   EXPECT_EQ(w->lm_head.empty(), tied);
-  EXPECT_EQ(w->layers[0].bq.empty(), !c.qkv_bias);
-  EXPECT_EQ(w->layers[1].k_norm.empty(), !c.qk_norm);
+  EXPECT_EQ(w->layers[0].gqa.bq.empty(), !c.qkv_bias);
+  EXPECT_EQ(w->layers[1].gqa.k_norm.empty(), !c.qk_norm);
   ExpectRandomValues(c, *w, dtype, 5, 0.5f);
 
   EXPECT_EQ(fs::exists(dir_ + "/model.safetensors.index.json"), shards > 1);

@@ -140,8 +140,10 @@ TEST(ShardWeightsTest, SlicesReassembleTheFullModel) {
         EXPECT_TRUE(SameRows(shard->lm_head, full.lm_head, p.vocab_begin));
       EXPECT_TRUE(SameRows(shard->final_norm, full.final_norm, 0));
       for (int l = 0; l < c.num_layers; ++l) {
-        const LayerWeights& s = shard->layers[l];
-        const LayerWeights& f = full.layers[l];
+        const GqaWeights& s = shard->layers[l].gqa;
+        const GqaWeights& f = full.layers[l].gqa;
+        const DenseMlpWeights& sm = shard->layers[l].mlp;
+        const DenseMlpWeights& fm = full.layers[l].mlp;
         EXPECT_EQ(s.wq.dim(0), p.num_q_heads() * d);
         EXPECT_TRUE(SameRows(s.wq, f.wq, p.q_head_begin * d));
         EXPECT_EQ(s.wk.dim(0), p.num_kv_heads() * d);
@@ -156,12 +158,12 @@ TEST(ShardWeightsTest, SlicesReassembleTheFullModel) {
           EXPECT_TRUE(SameRows(s.k_norm, f.k_norm, 0));
         }
         EXPECT_TRUE(SameColumns(s.wo, f.wo, p.q_head_begin * d));
-        EXPECT_EQ(s.w_gate.dim(0), p.mlp_width());
-        EXPECT_TRUE(SameRows(s.w_gate, f.w_gate, p.mlp_begin));
-        EXPECT_TRUE(SameRows(s.w_up, f.w_up, p.mlp_begin));
-        EXPECT_TRUE(SameColumns(s.w_down, f.w_down, p.mlp_begin));
-        EXPECT_TRUE(SameRows(s.input_norm, f.input_norm, 0));
-        EXPECT_TRUE(SameRows(s.post_norm, f.post_norm, 0));
+        EXPECT_EQ(sm.w_gate.dim(0), p.mlp_width());
+        EXPECT_TRUE(SameRows(sm.w_gate, fm.w_gate, p.mlp_begin));
+        EXPECT_TRUE(SameRows(sm.w_up, fm.w_up, p.mlp_begin));
+        EXPECT_TRUE(SameColumns(sm.w_down, fm.w_down, p.mlp_begin));
+        EXPECT_TRUE(SameRows(shard->layers[l].input_norm, full.layers[l].input_norm, 0));
+        EXPECT_TRUE(SameRows(shard->layers[l].post_norm, full.layers[l].post_norm, 0));
       }
     }
   }
@@ -170,7 +172,7 @@ TEST(ShardWeightsTest, SlicesReassembleTheFullModel) {
 TEST(ShardWeightsTest, RejectsWrongShapes) {
   const ModelConfig c = Config(8, 4, 320, 100);
   ModelWeights w = testing::RandomWeights(c, 1);
-  w.layers[1].wk = Tensor({3, 3});
+  w.layers[1].gqa.wk = Tensor({3, 3});
   auto plan = MakeTpPlan(c, 2);
   ASSERT_TRUE(plan.ok());
   auto shard = ShardWeights(c, w, *plan, 0);

@@ -4,52 +4,72 @@
 
 namespace treespec {
 
-void ForEachLayerTensor(const ModelConfig& c, const std::string& p, LayerWeights& l,
-                        const std::function<void(TensorSlot&)>& fn) {
+namespace {
+
+using SlotFn = std::function<void(TensorSlot&)>;
+
+void Visit(const SlotFn& fn, std::string name, std::vector<int64_t> shape, bool present,
+           SlotKind kind, Tensor* t) {
+  TensorSlot slot{std::move(name), std::move(shape), present, kind, t};
+  fn(slot);
+}
+
+void GqaTensors(const ModelConfig& c, const std::string& p, GqaWeights& w, const SlotFn& fn) {
   const int64_t hidden = c.hidden_size;
   const int64_t q_width = static_cast<int64_t>(c.num_q_heads) * c.head_dim;
   const int64_t kv_width = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
-  const int64_t inter = c.intermediate_size;
-  auto visit = [&](std::string name, std::vector<int64_t> shape, bool present, SlotKind kind,
-                   Tensor* t) {
-    TensorSlot slot{std::move(name), std::move(shape), present, kind, t};
-    fn(slot);
-  };
-  visit(p + "input_layernorm.weight", {hidden}, true, SlotKind::kNorm, &l.input_norm);
-  visit(p + "self_attn.q_proj.weight", {q_width, hidden}, true, SlotKind::kQHeads, &l.wq);
-  visit(p + "self_attn.k_proj.weight", {kv_width, hidden}, true, SlotKind::kKvHeads, &l.wk);
-  visit(p + "self_attn.v_proj.weight", {kv_width, hidden}, true, SlotKind::kKvHeads, &l.wv);
-  visit(p + "self_attn.q_proj.bias", {q_width}, c.qkv_bias, SlotKind::kQHeads, &l.bq);
-  visit(p + "self_attn.k_proj.bias", {kv_width}, c.qkv_bias, SlotKind::kKvHeads, &l.bk);
-  visit(p + "self_attn.v_proj.bias", {kv_width}, c.qkv_bias, SlotKind::kKvHeads, &l.bv);
-  visit(p + "self_attn.q_norm.weight", {c.head_dim}, c.qk_norm, SlotKind::kNorm, &l.q_norm);
-  visit(p + "self_attn.k_norm.weight", {c.head_dim}, c.qk_norm, SlotKind::kNorm, &l.k_norm);
-  visit(p + "self_attn.o_proj.weight", {hidden, q_width}, true, SlotKind::kQHeadsIn, &l.wo);
-  visit(p + "post_attention_layernorm.weight", {hidden}, true, SlotKind::kNorm, &l.post_norm);
-  visit(p + "mlp.gate_proj.weight", {inter, hidden}, true, SlotKind::kMlpOut, &l.w_gate);
-  visit(p + "mlp.up_proj.weight", {inter, hidden}, true, SlotKind::kMlpOut, &l.w_up);
-  visit(p + "mlp.down_proj.weight", {hidden, inter}, true, SlotKind::kMlpIn, &l.w_down);
+  Visit(fn, p + "q_proj.weight", {q_width, hidden}, true, SlotKind::kQHeads, &w.wq);
+  Visit(fn, p + "k_proj.weight", {kv_width, hidden}, true, SlotKind::kKvHeads, &w.wk);
+  Visit(fn, p + "v_proj.weight", {kv_width, hidden}, true, SlotKind::kKvHeads, &w.wv);
+  Visit(fn, p + "q_proj.bias", {q_width}, c.qkv_bias, SlotKind::kQHeads, &w.bq);
+  Visit(fn, p + "k_proj.bias", {kv_width}, c.qkv_bias, SlotKind::kKvHeads, &w.bk);
+  Visit(fn, p + "v_proj.bias", {kv_width}, c.qkv_bias, SlotKind::kKvHeads, &w.bv);
+  Visit(fn, p + "q_norm.weight", {c.head_dim}, c.qk_norm, SlotKind::kNorm, &w.q_norm);
+  Visit(fn, p + "k_norm.weight", {c.head_dim}, c.qk_norm, SlotKind::kNorm, &w.k_norm);
+  Visit(fn, p + "o_proj.weight", {hidden, q_width}, true, SlotKind::kQHeadsIn, &w.wo);
 }
 
-void ForEachTensor(const ModelConfig& c, ModelWeights& w,
-                   const std::function<void(TensorSlot&)>& fn) {
+void DenseMlpTensors(const ModelConfig& c, const std::string& p, DenseMlpWeights& w,
+                     const SlotFn& fn) {
+  const int64_t hidden = c.hidden_size, inter = c.intermediate_size;
+  Visit(fn, p + "gate_proj.weight", {inter, hidden}, true, SlotKind::kMlpOut, &w.w_gate);
+  Visit(fn, p + "up_proj.weight", {inter, hidden}, true, SlotKind::kMlpOut, &w.w_up);
+  Visit(fn, p + "down_proj.weight", {hidden, inter}, true, SlotKind::kMlpIn, &w.w_down);
+}
+
+}  // namespace
+
+void ForEachLayerTensor(const ModelConfig& c, int index, const std::string& p, LayerWeights& l,
+                        const SlotFn& fn) {
   const int64_t hidden = c.hidden_size;
-  auto visit = [&](std::string name, std::vector<int64_t> shape, bool present, SlotKind kind,
-                   Tensor* t) {
-    TensorSlot slot{std::move(name), std::move(shape), present, kind, t};
-    fn(slot);
-  };
-  visit("model.embed_tokens.weight", {c.vocab_size, hidden}, true, SlotKind::kVocab, &w.embed);
+  const LayerSpec spec = LayerSpecOf(c, index);
+  Visit(fn, p + "input_layernorm.weight", {hidden}, true, SlotKind::kNorm, &l.input_norm);
+  switch (spec.attention) {
+    case AttentionKind::kGqa:
+      GqaTensors(c, p + "self_attn.", l.gqa, fn);
+      break;
+  }
+  Visit(fn, p + "post_attention_layernorm.weight", {hidden}, true, SlotKind::kNorm, &l.post_norm);
+  switch (spec.mlp) {
+    case MlpKind::kDense:
+      DenseMlpTensors(c, p + "mlp.", l.mlp, fn);
+      break;
+  }
+}
+
+void ForEachTensor(const ModelConfig& c, ModelWeights& w, const SlotFn& fn) {
+  const int64_t hidden = c.hidden_size, vocab = c.vocab_size;
+  Visit(fn, "model.embed_tokens.weight", {vocab, hidden}, true, SlotKind::kVocab, &w.embed);
   w.layers.resize(c.num_layers);
   for (int i = 0; i < c.num_layers; ++i) {
-    ForEachLayerTensor(c, absl::StrCat("model.layers.", i, "."), w.layers[i], fn);
+    ForEachLayerTensor(c, i, absl::StrCat("model.layers.", i, "."), w.layers[i], fn);
   }
-  visit("model.norm.weight", {hidden}, true, SlotKind::kNorm, &w.final_norm);
-  visit("lm_head.weight", {c.vocab_size, hidden}, !c.tie_word_embeddings, SlotKind::kVocab,
+  Visit(fn, "model.norm.weight", {hidden}, true, SlotKind::kNorm, &w.final_norm);
+  Visit(fn, "lm_head.weight", {vocab, hidden}, !c.tie_word_embeddings, SlotKind::kVocab,
         &w.lm_head);
-  visit("fc.weight", {hidden, c.context_width}, c.context_width > 0, SlotKind::kWhole,
-        &w.context_fc);
-  visit("hidden_norm.weight", {hidden}, c.context_width > 0, SlotKind::kNorm, &w.context_norm);
+  const bool context = c.context_width > 0;
+  Visit(fn, "fc.weight", {hidden, c.context_width}, context, SlotKind::kWhole, &w.context_fc);
+  Visit(fn, "hidden_norm.weight", {hidden}, context, SlotKind::kNorm, &w.context_norm);
 }
 
 }  // namespace treespec

@@ -13,21 +13,32 @@
 
 namespace treespec {
 
+// A GQA attention block (AttentionKind::kGqa), under "self_attn.".
+struct GqaWeights {
+  Tensor wq;      // [q_heads * head_dim, hidden]
+  Tensor wk;      // [kv_heads * head_dim, hidden]
+  Tensor wv;      // [kv_heads * head_dim, hidden]
+  Tensor bq;      // [q_heads * head_dim]   (qkv_bias only, else empty)
+  Tensor bk;      // [kv_heads * head_dim]  (qkv_bias only)
+  Tensor bv;      // [kv_heads * head_dim]  (qkv_bias only)
+  Tensor q_norm;  // [head_dim]             (qk_norm only)
+  Tensor k_norm;  // [head_dim]             (qk_norm only)
+  Tensor wo;      // [hidden, q_heads * head_dim]
+};
+
+// A dense gated MLP (MlpKind::kDense), under "mlp.".
+struct DenseMlpWeights {
+  Tensor w_gate;  // [intermediate, hidden]
+  Tensor w_up;    // [intermediate, hidden]
+  Tensor w_down;  // [hidden, intermediate]
+};
+
+// One decoder layer: the blocks its LayerSpec names hold tensors, the others stay empty.
 struct LayerWeights {
   Tensor input_norm;  // [hidden]
-  Tensor wq;          // [q_heads * head_dim, hidden]
-  Tensor wk;          // [kv_heads * head_dim, hidden]
-  Tensor wv;          // [kv_heads * head_dim, hidden]
-  Tensor bq;          // [q_heads * head_dim]   (qkv_bias only, else empty)
-  Tensor bk;          // [kv_heads * head_dim]  (qkv_bias only)
-  Tensor bv;          // [kv_heads * head_dim]  (qkv_bias only)
-  Tensor q_norm;      // [head_dim]             (qk_norm only)
-  Tensor k_norm;      // [head_dim]             (qk_norm only)
-  Tensor wo;          // [hidden, q_heads * head_dim]
-  Tensor post_norm;   // [hidden]  (post_attention_layernorm)
-  Tensor w_gate;      // [intermediate, hidden]
-  Tensor w_up;        // [intermediate, hidden]
-  Tensor w_down;      // [hidden, intermediate]
+  GqaWeights gqa;
+  Tensor post_norm;  // [hidden]  (post_attention_layernorm)
+  DenseMlpWeights mlp;
 };
 
 struct ModelWeights {
@@ -64,9 +75,10 @@ struct TensorSlot {
   Tensor* tensor;  // where it lives in ModelWeights
 };
 
-// Visits the tensor slots of one decoder layer, named `prefix` + "self_attn.q_proj.weight" etc.
-void ForEachLayerTensor(const ModelConfig& config, const std::string& prefix, LayerWeights& layer,
-                        const std::function<void(TensorSlot&)>& fn);
+// Visits the tensor slots of decoder layer `index` (its blocks as LayerSpecOf says), named
+// `prefix` + "self_attn.q_proj.weight" etc.
+void ForEachLayerTensor(const ModelConfig& config, int index, const std::string& prefix,
+                        LayerWeights& layer, const std::function<void(TensorSlot&)>& fn);
 
 // Visits every tensor slot of `weights` for `config`, in a fixed order. The single list of
 // tensors: add a tensor here and the loader, writer and sharder all see it.
