@@ -82,10 +82,10 @@ SpeculationGate::Observed SpeculationGate::ObserveStep(DraftSourceKind kind, int
     if (s.tree == better) {
       s.exploited_ms += epoch_ms;
       const Arm& worse = s.arms[better ? 0 : 1];
-      const double gap = 1 - worse.rate() / s.arms[better ? 1 : 0].rate();
+      // The gap as far as it is known: the worse arm's figure widened by its doubt.
       const double doubt = std::max(plain.doubt, tree.doubt);
-      const double wait_ms = kProbeRatio *
-                             std::clamp((gap - doubt) / kWideGap, 0.1, kMaxProbeWaits) *
+      const double gap = 1 - worse.rate() * (1 + doubt) / s.arms[better ? 1 : 0].rate();
+      const double wait_ms = kProbeRatio * std::clamp(gap / kWideGap, 0.1, kMaxProbeWaits) *
                              EpochSteps(running) * worse.step_ms();
       if (s.exploited_ms >= wait_ms) {
         s.exploited_ms = 0;
@@ -121,7 +121,11 @@ void SpeculationGate::StartFromNeighbour(Key key, State& s) const {
       }
       const std::array<Arm, 2>& there = it->second.arms;
       s.neighbour_ratio = there[1].rate() / there[0].rate();
-      s.neighbour_doubt = std::max(there[0].doubt, there[1].doubt) + kNeighbourDoubt;
+      s.neighbour_doubt = std::max(there[0].doubt, there[1].doubt);
+      // Trees lose ground to plain steps as the load grows: a verdict carried the way it only
+      // gets firmer (plain to a higher load, trees to a lower one) is no less certain there.
+      const bool firmer = (bucket > key.second) == (s.neighbour_ratio >= 1);
+      if (!firmer) s.neighbour_doubt = (1 + s.neighbour_doubt) * (1 + kNeighbourDoubt) - 1;
       s.tree = s.neighbour_ratio >= 1;
       return;
     }

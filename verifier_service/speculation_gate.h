@@ -28,9 +28,12 @@
 // and a close call, or a change (load, acceptance, a drafter that sped up), is noticed soon.
 // Each arm's figure is its epochs' tokens and time, halved every newer epoch. A load seen for
 // the first time starts from its nearest measured one's verdict (the ratio of the two arms
-// there) and estimates the arm it does not run by that ratio; the estimate is doubted by
-// kNeighbourDoubt per load it was carried across, and the gap counts only beyond that doubt,
-// so a verdict carried far is soon probed. Engine thread only.
+// there) and estimates the arm it does not run by that ratio. Trees lose ground to plain steps
+// as the load grows (in every sweep measured: the 8B shape at τ 2, 4 and 6, the tiny pair), so
+// a verdict carried the way it gets firmer (plain upwards, trees downwards) is taken as it is;
+// carried the other way the ratio may be off by a factor of 1 + kNeighbourDoubt per load, and
+// the gap counts only beyond that, so such a verdict carried far is soon probed. Engine thread
+// only.
 #ifndef TREESPEC_VERIFIER_SERVICE_SPECULATION_GATE_H_
 #define TREESPEC_VERIFIER_SERVICE_SPECULATION_GATE_H_
 
@@ -53,8 +56,10 @@ class SpeculationGate {
   static constexpr double kWideGap = 0.25;
   static constexpr double kMaxProbeWaits = 4;
   static constexpr double kEpochDecay = 0.5;
-  // How far the arms' ratio may move from one load bucket to the next: the 8B's τ≈2 trees were
-  // 1.7× plain at 1 request and 0.91× at 4.
+  // By what factor (less 1) the arms' ratio may move from one load bucket to the next: the 8B's
+  // τ≈2 trees were 1.7× plain at 1 request and 0.91× at 4. A factor, not a margin of the gap:
+  // the tiny pair's trees, 0.48× plain at 1 request, are never near plain at 32, and a margin
+  // added per load made every load past the fourth probe them after a few epochs.
   static constexpr double kNeighbourDoubt = 0.3;
   static constexpr int kNeighbourBuckets = 1;
   // The tree arm's first epoch beats the plain arm's bound by this much: plain is not explored.
@@ -99,8 +104,8 @@ class SpeculationGate {
     Sums sums;  // of its epochs, decayed
     int epochs = 0;
     // Not measured at this load: the other arm's first epoch here, scaled by the two arms'
-    // ratio at the neighbouring load this one started from (or the plain bound), uncertain by
-    // `doubt` (relative). The first real epoch replaces it.
+    // ratio at the neighbouring load this one started from (or the plain bound), which may be
+    // too low by a factor of up to 1 + `doubt`. The first real epoch replaces it.
     bool estimated = false;
     double doubt = 0;
     double rate() const { return sums.ms > 0 ? sums.tokens / sums.ms : 0; }
@@ -122,7 +127,8 @@ class SpeculationGate {
   static Key KeyOf(DraftSourceKind kind, int running);
   // A load seen for the first time starts with the arm that was better at the neighbouring load
   // of its kind (half or twice), if that has a figure for both (measured or itself estimated),
-  // and their ratio there, doubted by kNeighbourDoubt more than that neighbour's estimate: rates
+  // and their ratio there, its doubt the neighbour's, compounded by 1 + kNeighbourDoubt unless
+  // the verdict only gets firmer in that direction: rates
   // scale with the load, ratios change more slowly with it. Its first epoch then estimates the
   // other arm by that ratio, and probes measure it, instead of exploring both from nothing.
   void StartFromNeighbour(Key key, State& s) const;

@@ -257,6 +257,21 @@ TEST(SpeculationGateTest, AVerdictCarriedAcrossLoadsIsCheckedSoon) {
   EXPECT_FALSE(sim.gate.WantsTree(kDraftModel, 4));
 }
 
+// Plain steps that won at a lower load win at a higher one: the tiny pair's trees, 0.48× plain
+// at one request and ~0.15× at 32, are not probed at every new load after a few epochs (each
+// probe there costs about three plain epochs' time).
+TEST(SpeculationGateTest, AFarWorseArmCarriedAcrossLoadsIsNotProbedAtEveryLoad) {
+  Sim sim;
+  const std::vector<std::pair<int, double>> loads = {{1, 0.48}, {2, 0.35},  {4, 0.25},
+                                                     {8, 0.2},  {16, 0.15}, {32, 0.15}};
+  for (const auto& [running, ratio] : loads) {
+    // A tree step takes 3× a plain one and gains `ratio` × 3 tokens per request.
+    const int steps = 40 * std::max(16, 2 * running);
+    const Outcome o = Simulate(sim, running, 3 * ratio, 3.0, 1.0, steps, running);
+    if (running >= 4) EXPECT_GT(o.rate, 0.97 * running) << running << " requests";
+  }
+}
+
 TEST(SpeculationGateTest, IgnoresEmptyObservations) {
   SpeculationGate gate;
   const absl::Time t = Now();
