@@ -404,10 +404,8 @@ void Engine::Loop() {
                 ready.end());
     if (ready.empty()) continue;
     for (Active* a : ready) a->stats.draft_wait_ms += wait_ms;
-    const bool prefills =
-        std::any_of(ready.begin(), ready.end(), [](const Active* a) { return !a->prefilled; });
     const absl::Time step_start = absl::Now();
-    Step(ready);
+    const bool prefills = Step(ready);
     TS_LOG(kDebug, "step: %d of %d requests%s, draft wait %.2f ms, step %.2f ms",
            static_cast<int>(ready.size()), static_cast<int>(running_.size()),
            prefills ? " (prefill)" : "", wait_ms,
@@ -603,20 +601,20 @@ std::vector<Engine::Active*> Engine::WaitForReady() {
   }
 }
 
-void Engine::Step(const std::vector<Active*>& members) {
+bool Engine::Step(const std::vector<Active*>& members) {
   const absl::Time step_start = absl::Now();
+  const bool verify_only =
+      std::all_of(members.begin(), members.end(), [](const Active* a) { return a->prefilled; });
   std::vector<SeqTree> batch = BuildBatch(members);
   const absl::Time forward_start = absl::Now();
   absl::StatusOr<std::vector<StepResult>> results = RunBatch(members, batch);
   const absl::Time forward_end = absl::Now();
   if (!results.ok()) {
     FailStep(members, results.status());
-    return;
+    return !verify_only;
   }
   const StepTiming timing{absl::ToDoubleMilliseconds(forward_start - step_start),
                           absl::ToDoubleMilliseconds(forward_end - forward_start), forward_end};
-  const bool verify_only =
-      std::all_of(members.begin(), members.end(), [](const Active* a) { return a->prefilled; });
   // A prefilled prompt's cost does not depend on the gate's arm: the gate scores the step
   // without it, as the model prices it. What the model does not foresee stays in: a step that
   // prefills one prompt beside a batch's trees can cost more than its prediction (its rows run
@@ -636,6 +634,7 @@ void Engine::Step(const std::vector<Active*>& members) {
   for (size_t b = 0; b < members.size(); ++b) {
     ApplyResult(*members[b], batch[b], std::move((*results)[b]), timing);
   }
+  return !verify_only;
 }
 
 void Engine::ObserveGate(const std::vector<Active*>& members,

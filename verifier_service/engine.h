@@ -174,8 +174,8 @@ class Engine {
   // Blocks until enough requests can be verified (DESIGN §2 overlap) and returns them.
   std::vector<Active*> WaitForReady();
   // One verify step (prefill for new requests) over `members`: build the batch (taking each
-  // request's draft), run it, apply each request's result.
-  void Step(const std::vector<Active*>& members);
+  // request's draft), run it, apply each request's result. Whether it prefilled a prompt.
+  bool Step(const std::vector<Active*>& members);
   // Each member's tree: its prompt as a chain (prefill), else the bonus and its draft.
   std::vector<SeqTree> BuildBatch(const std::vector<Active*>& members);
   // The request's draft for this step if it arrived and is valid (else an empty tree: the step

@@ -128,9 +128,9 @@ class SpeculationGate {
   // A load seen for the first time starts with the arm that was better at the neighbouring load
   // of its kind (half or twice), if that has a figure for both (measured or itself estimated),
   // and their ratio there, its doubt the neighbour's, compounded by 1 + kNeighbourDoubt unless
-  // the verdict only gets firmer in that direction: rates
-  // scale with the load, ratios change more slowly with it. Its first epoch then estimates the
-  // other arm by that ratio, and probes measure it, instead of exploring both from nothing.
+  // the verdict only gets firmer in that direction: rates scale with the load, ratios change
+  // more slowly with it. Its first epoch then estimates the other arm by that ratio, and probes
+  // measure it, instead of exploring both from nothing.
   void StartFromNeighbour(Key key, State& s) const;
 
   absl::flat_hash_map<Key, State> states_;
