@@ -63,7 +63,7 @@ TensorSource HostTensors(const ModelConfig& config, const ModelWeights& weights)
 TensorSource RandomTensors(const ModelConfig& config, uint64_t seed, cudaStream_t stream,
                            RandomStyle style) {
   auto slots = Slots(config);
-  const float hidden = static_cast<float>(config.hidden_size);
+  const int hidden = config.hidden_size;
   return [slots, seed, stream, hidden,
           style](const std::string& name) -> absl::StatusOr<DeviceTensor> {
     const auto it = slots->find(name);
@@ -73,17 +73,9 @@ TensorSource RandomTensors(const ModelConfig& config, uint64_t seed, cudaStream_
     out.kind = it->second.kind;
     const int64_t n = Numel(out.shape);
     ASSIGN_OR_RETURN(out.data, DeviceBuffer<bf16>::Create(n));
-    float center = 0.0f, sigma;
-    if (out.kind == SlotKind::kNorm) {
-      center = 1.0f;
-      sigma = 0.2f;
-    } else if (out.shape.size() == 1) {  // a bias
-      sigma = 0.3f;
-    } else if (out.kind == SlotKind::kVocab) {
-      sigma = 3.0f / std::sqrt(hidden);
-    } else {
-      sigma = 1.0f / std::sqrt(static_cast<float>(out.shape[1]));
-    }
+    const RandomSpread spread = RandomSpreadOf(it->second, hidden);
+    const float center = spread.center;
+    float sigma = spread.sigma;
     std::string key = name;
     if (style == RandomStyle::kDecisive) {
       if (name == "lm_head.weight") key = "model.embed_tokens.weight";

@@ -38,10 +38,11 @@ TensorSource HostTensors(const ModelConfig& config, const ModelWeights& weights)
 
 // What a random model's values are like.
 enum class RandomStyle {
-  // testing::RandomWeights' spreads: norms 1 ± 0.2, biases std 0.3, embedding and head std
-  // 3/sqrt(hidden), projections std 1/sqrt(in). Its logits are ~N(0, 3²) over the vocabulary,
-  // so the top two of an 8B shape's 128k are often within bf16 noise of each other: which
-  // token greedy decoding picks can change with the rows a step runs (a tree or one token).
+  // RandomSpreadOf's spreads (testing::RandomWeights' too): norms 1 ± 0.2, biases std 0.3,
+  // embedding and head std 3/sqrt(hidden), projections std 1/sqrt(in). Its logits are ~N(0, 3²)
+  // over the vocabulary, so the top two of an 8B shape's 128k are often within bf16 noise of
+  // each other: which token greedy decoding picks can change with the rows a step runs (a tree
+  // or one token).
   kSpread,
   // The same, except that the LM head holds the embedding's values and the layers' output
   // projections (o_proj, down_proj) are 1000× smaller: the residual stream stays near the

@@ -55,25 +55,16 @@ inline void FillUniform(std::mt19937_64& rng, float center, float sigma, Tensor&
   for (float& v : t.span()) v = center + a * u(rng);
 }
 
-// Seeded random weights that keep activations O(1) and logits spread over a few units:
-// projections have std 1/sqrt(in_features), norms 1 ± 0.2, biases std 0.3, and the
-// embedding / LM head std 3/sqrt(hidden) (logit std ≈ 3 after the final norm).
+// Seeded random weights that keep activations O(1) and logits spread over a few units
+// (RandomSpreadOf).
 inline ModelWeights RandomWeights(const ModelConfig& config, uint64_t seed) {
   std::mt19937_64 rng(seed);
   ModelWeights w;
   ForEachTensor(config, w, [&](TensorSlot& slot) {
     if (!slot.present) return;
     *slot.tensor = Tensor(slot.shape);
-    if (slot.kind == SlotKind::kNorm) {
-      FillUniform(rng, 1.0f, 0.2f, *slot.tensor);
-    } else if (slot.shape.size() == 1) {  // a bias
-      FillUniform(rng, 0.0f, 0.3f, *slot.tensor);
-    } else if (slot.kind == SlotKind::kVocab) {
-      FillUniform(rng, 0.0f, 3.0f / std::sqrt(static_cast<float>(config.hidden_size)),
-                  *slot.tensor);
-    } else {
-      FillUniform(rng, 0.0f, 1.0f / std::sqrt(static_cast<float>(slot.shape[1])), *slot.tensor);
-    }
+    const RandomSpread spread = RandomSpreadOf(slot, config.hidden_size);
+    FillUniform(rng, spread.center, spread.sigma, *slot.tensor);
   });
   return w;
 }

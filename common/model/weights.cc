@@ -1,5 +1,7 @@
 #include "common/model/weights.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 
 namespace treespec {
@@ -38,6 +40,15 @@ void DenseMlpTensors(const ModelConfig& c, const std::string& p, DenseMlpWeights
 }
 
 }  // namespace
+
+RandomSpread RandomSpreadOf(const TensorSlot& slot, int hidden_size) {
+  if (slot.kind == SlotKind::kNorm) return {1.0f, 0.2f};
+  if (slot.shape.size() == 1) return {0.0f, 0.3f};  // a bias
+  if (slot.kind == SlotKind::kVocab) {
+    return {0.0f, 3.0f / std::sqrt(static_cast<float>(hidden_size))};
+  }
+  return {0.0f, 1.0f / std::sqrt(static_cast<float>(slot.shape[1]))};
+}
 
 void ForEachLayerTensor(const ModelConfig& c, int index, const std::string& p, LayerWeights& l,
                         const SlotFn& fn) {

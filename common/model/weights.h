@@ -75,6 +75,16 @@ struct TensorSlot {
   Tensor* tensor;  // where it lives in ModelWeights
 };
 
+// How a test or benchmark model's random weights spread in `slot` (uniform, mean `center`,
+// standard deviation `sigma`): norms 1 ± 0.2, biases std 0.3, the embedding and LM head std
+// 3/sqrt(hidden) (logits ~N(0, 3²) after the final norm), projections std 1/sqrt(in_features),
+// which keep activations O(1). testing::RandomWeights fills host tensors so, the CUDA backend's
+// RandomTensors device ones.
+struct RandomSpread {
+  float center = 0.0f, sigma = 0.0f;
+};
+RandomSpread RandomSpreadOf(const TensorSlot& slot, int hidden_size);
+
 // Visits the tensor slots of decoder layer `index` (its blocks as LayerSpecOf says), named
 // `prefix` + "self_attn.q_proj.weight" etc.
 void ForEachLayerTensor(const ModelConfig& config, int index, const std::string& prefix,
