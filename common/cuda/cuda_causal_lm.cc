@@ -655,6 +655,7 @@ void CudaCausalLm::Commit(SeqId seq, int committed_len, absl::Span<const int> pa
 }
 
 absl::Status ValidateOptions(const ModelConfig& c, const LmOptions& o, const CudaLmOptions& g) {
+  RETURN_IF_ERROR(CudaSupportsLayers(c));
   if (o.kv_page_size < 16 || (o.kv_page_size & (o.kv_page_size - 1)) != 0) {
     return absl::InvalidArgumentError(absl::StrCat("CUDA backend: kv_page_size ", o.kv_page_size,
                                                    " must be a power of two >= 16"));
@@ -713,6 +714,20 @@ absl::StatusOr<std::vector<int>> RankDevices(const LmOptions& o, const CudaLmOpt
 }
 
 }  // namespace
+
+absl::Status CudaSupportsLayers(const ModelConfig& config) {
+  for (int l = 0; l < config.num_layers; ++l) {
+    const LayerSpec spec = LayerSpecOf(config, l);
+    if (spec.attention != AttentionKind::kGqa || spec.mlp != MlpKind::kDense) {
+      return absl::UnimplementedError(
+          absl::StrCat("CUDA backend: ", config.architecture, " layer ", l, " has ",
+                       spec.attention == AttentionKind::kMla ? "multi-head latent attention"
+                                                             : "a mixture-of-experts MLP",
+                       ", which only the CPU backend runs so far; use --device=cpu"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 double LastVerifyStepDeviceMs(const CausalLm& model) {
   const auto* cuda = dynamic_cast<const CudaCausalLm*>(&model);
@@ -794,6 +809,7 @@ absl::StatusOr<std::unique_ptr<CausalLm>> LoadCudaCausalLm(const std::string& mo
                                                            const LmOptions& options,
                                                            const CudaLmOptions& cuda) {
   ASSIGN_OR_RETURN(const ModelConfig config, LoadModelConfig(model_dir));
+  RETURN_IF_ERROR(CudaSupportsLayers(config));  // before reading a checkpoint it cannot run
   ASSIGN_OR_RETURN(const ModelWeights weights, LoadModelWeights(model_dir, config));
   return CreateCudaCausalLm(config, weights, options, cuda);
 }

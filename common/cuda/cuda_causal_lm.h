@@ -85,6 +85,10 @@ absl::StatusOr<std::unique_ptr<CausalLm>> CreateRandomCudaCausalLm(
     const ModelConfig& config, uint64_t seed, const LmOptions& options,
     const CudaLmOptions& cuda = {}, RandomStyle style = RandomStyle::kSpread);
 
+// UNIMPLEMENTED naming the first layer whose blocks (LayerSpecOf) this backend has no kernels
+// for: it runs GQA attention and dense MLPs; MLA and MoE layers run on the CPU backend.
+absl::Status CudaSupportsLayers(const ModelConfig& config);
+
 // Loads `model_dir` (config.json, *.safetensors) onto the GPU.
 absl::StatusOr<std::unique_ptr<CausalLm>> LoadCudaCausalLm(const std::string& model_dir,
                                                            const LmOptions& options,

@@ -515,6 +515,20 @@ TEST(CudaCausalLmTest, ForwardsOfTunedBucketsBuildNoGemmPlan) {
   EXPECT_EQ(GemmPlanCount(lm), tuned) << "a forward of 33-64 rows built a GEMM plan at run time";
 }
 
+TEST(CudaCausalLmTest, RefusesMlaAndMoeLayersNamingTheLayer) {
+  // Host-side check: runs without a GPU too.
+  const ModelConfig deepseek = testing::SmallDeepseekConfig();
+  absl::Status s = CudaSupportsLayers(deepseek);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("layer 0 has multi-head latent attention"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("--device=cpu"), std::string::npos) << s;
+  EXPECT_TRUE(CudaSupportsLayers(testing::TinyTargetConfig()).ok());
+  SKIP_WITHOUT_GPU();
+  auto lm = CreateCudaCausalLm(deepseek, testing::RandomWeights(deepseek, 1), LmOptions(),
+                               CudaLmOptions());
+  EXPECT_EQ(lm.status().code(), absl::StatusCode::kUnimplemented) << lm.status();
+}
+
 TEST(CudaCausalLmTest, BadBatchesAreRefusedLikeTheCpu) {
   SKIP_WITHOUT_GPU();
   ModelConfig config = testing::TinyTargetConfig();

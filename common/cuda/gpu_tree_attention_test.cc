@@ -175,7 +175,7 @@ class TreeAttentionTest : public CudaTest {
       seq.num_nodes = specs[b].num_nodes;
       seq.first_query = specs[b].first_query;
       seq.ancestor_mask = masks[b];
-      ::treespec::TreeAttention(cpu_pool, 0, shape.page_size, seq, kv_head_of_q, scale,
+      ::treespec::TreeAttention(cpu_pool, 0, shape.page_size, seq, {kv_head_of_q, d, d}, scale,
                                 q.f.data() + row * row_elems, want.data() + row * row_elems,
                                 &scratch);
       row += specs[b].num_nodes - specs[b].first_query;

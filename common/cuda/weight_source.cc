@@ -99,7 +99,7 @@ absl::StatusOr<DeviceBuffer<bf16>> MakeShard(const TensorSource& source, const M
   int64_t total = 0;
   for (const std::string& name : names) {
     ASSIGN_OR_RETURN(DeviceTensor t, source(name));
-    TpSlice s = TpSliceOf(config, t.kind, plan);
+    TpSlice s = TpSliceOf(config, t.kind, t.shape, plan);
     const int64_t rows = t.shape[0], cols = t.shape.size() == 2 ? t.shape[1] : 1;
     if (s.axis == TpSlice::Axis::kAll) s = {TpSlice::Axis::kRows, 0, rows};
     const int64_t limit = s.axis == TpSlice::Axis::kRows ? rows : cols;

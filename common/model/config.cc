@@ -18,128 +18,23 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/model/config_fields.h"
+#include "common/model/deepseek_config.h"
 #include "common/util/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace treespec {
 namespace {
 
-using Json = nlohmann::json;
+using config_fields::AsFloat;
+using config_fields::FieldReader;
+using config_fields::Invalid;
+using config_fields::Json;
+using config_fields::Unsupported;
 
 constexpr const char* kSupportedArchitectures[] = {"LlamaForCausalLM", "MistralForCausalLM",
-                                                   "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
-
-absl::Status FieldError(absl::StatusCode code, absl::string_view field, absl::string_view what) {
-  return absl::Status(code, absl::StrCat("config.json field `", field, "`: ", what));
-}
-absl::Status Invalid(absl::string_view field, absl::string_view what) {
-  return FieldError(absl::StatusCode::kInvalidArgument, field, what);
-}
-absl::Status Unsupported(absl::string_view field, absl::string_view what) {
-  return FieldError(absl::StatusCode::kUnimplemented, field, what);
-}
-
-// The float the model will use for a number read as a double. Range checks belong on this
-// float, not on the double: 1e-60 is > 0 but rounds to 0, 1e39 is finite but not as a float
-// (and converting a double beyond float's range is undefined behaviour).
-absl::StatusOr<float> AsFloat(absl::string_view field, double v) {
-  if (!(std::abs(v) <= std::numeric_limits<float>::max())) {
-    return Invalid(field, absl::StrCat("must be a finite number within float range, got ", v));
-  }
-  return static_cast<float>(v);
-}
-
-// Reads fields of one JSON object; `prefix` ("" or "rope_scaling.") names them in errors.
-// A JSON null counts as absent, as it does for the transformers config classes.
-class FieldReader {
- public:
-  FieldReader(const Json& object, std::string prefix)
-      : object_(object), prefix_(std::move(prefix)) {}
-
-  std::string Name(absl::string_view key) const { return absl::StrCat(prefix_, key); }
-
-  const Json* Find(absl::string_view key) const {
-    auto it = object_.find(std::string(key));
-    if (it == object_.end() || it->is_null()) return nullptr;
-    return &*it;
-  }
-  bool Has(absl::string_view key) const { return Find(key) != nullptr; }
-  // True when the key is present, even as null.
-  bool Contains(absl::string_view key) const { return object_.contains(std::string(key)); }
-
-  absl::StatusOr<std::optional<double>> OptionalNumber(absl::string_view key) const {
-    const Json* v = Find(key);
-    if (v == nullptr) return std::optional<double>();
-    if (!v->is_number())
-      return Invalid(Name(key), absl::StrCat("expected a number, got ", v->dump()));
-    return std::optional<double>(v->get<double>());
-  }
-
-  absl::StatusOr<std::optional<int64_t>> OptionalInt(absl::string_view key) const {
-    const Json* v = Find(key);
-    if (v == nullptr) return std::optional<int64_t>();
-    if (v->is_number_integer()) return std::optional<int64_t>(v->get<int64_t>());
-    if (v->is_number_float()) {
-      const double d = v->get<double>();
-      if (std::isfinite(d) && d == std::floor(d) && std::abs(d) < 9.0e15) {
-        return std::optional<int64_t>(static_cast<int64_t>(d));
-      }
-    }
-    return Invalid(Name(key), absl::StrCat("expected an integer, got ", v->dump()));
-  }
-
-  absl::StatusOr<std::optional<bool>> OptionalBool(absl::string_view key) const {
-    const Json* v = Find(key);
-    if (v == nullptr) return std::optional<bool>();
-    if (!v->is_boolean())
-      return Invalid(Name(key), absl::StrCat("expected true or false, got ", v->dump()));
-    return std::optional<bool>(v->get<bool>());
-  }
-
-  absl::StatusOr<std::optional<std::string>> OptionalString(absl::string_view key) const {
-    const Json* v = Find(key);
-    if (v == nullptr) return std::optional<std::string>();
-    if (!v->is_string())
-      return Invalid(Name(key), absl::StrCat("expected a string, got ", v->dump()));
-    return std::optional<std::string>(v->get<std::string>());
-  }
-
-  // A required positive integer that fits an int.
-  absl::StatusOr<int> PositiveInt(absl::string_view key) const {
-    ASSIGN_OR_RETURN(std::optional<int64_t> v, OptionalInt(key));
-    if (!v.has_value()) return Invalid(Name(key), "required field is missing");
-    return CheckPositive(key, *v);
-  }
-  absl::StatusOr<int> PositiveIntOr(absl::string_view key, int fallback) const {
-    ASSIGN_OR_RETURN(std::optional<int64_t> v, OptionalInt(key));
-    if (!v.has_value()) return fallback;
-    return CheckPositive(key, *v);
-  }
-  absl::StatusOr<double> NumberOr(absl::string_view key, double fallback) const {
-    ASSIGN_OR_RETURN(std::optional<double> v, OptionalNumber(key));
-    return v.value_or(fallback);
-  }
-  absl::StatusOr<double> RequiredNumber(absl::string_view key) const {
-    ASSIGN_OR_RETURN(std::optional<double> v, OptionalNumber(key));
-    if (!v.has_value()) return Invalid(Name(key), "required field is missing");
-    return *v;
-  }
-  absl::StatusOr<bool> BoolOr(absl::string_view key, bool fallback) const {
-    ASSIGN_OR_RETURN(std::optional<bool> v, OptionalBool(key));
-    return v.value_or(fallback);
-  }
-
- private:
-  absl::StatusOr<int> CheckPositive(absl::string_view key, int64_t v) const {
-    if (v <= 0 || v > (int64_t{1} << 30)) {
-      return Invalid(Name(key), absl::StrCat("must be a positive integer, got ", v));
-    }
-    return static_cast<int>(v);
-  }
-
-  const Json& object_;
-  std::string prefix_;
-};
+                                                   "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                                                   "DeepseekV3ForCausalLM"};
 
 absl::StatusOr<std::vector<int>> TokenIds(const FieldReader& r, absl::string_view key) {
   const Json* v = r.Find(key);
@@ -165,12 +60,6 @@ absl::StatusOr<std::vector<int>> TokenIds(const FieldReader& r, absl::string_vie
     RETURN_IF_ERROR(add(*v));
   }
   return ids;
-}
-
-// YaRN's attention factor ("mscale") for a context extended by `scale`.
-double YarnMscale(double scale, double mscale) {
-  if (scale <= 1.0) return 1.0;
-  return 0.1 * mscale * std::log(scale) + 1.0;
 }
 
 // Parses `rope_scaling` (transformers 4) or `rope_parameters` (transformers 5) into `config`.
@@ -307,6 +196,8 @@ absl::Status ParseRope(const Json& root, ModelConfig& config) {
     ASSIGN_OR_RETURN(std::optional<double> attention_factor, s.OptionalNumber("attention_factor"));
     ASSIGN_OR_RETURN(double mscale, s.NumberOr("mscale", 0.0));
     ASSIGN_OR_RETURN(double mscale_all_dim, s.NumberOr("mscale_all_dim", 0.0));
+    ASSIGN_OR_RETURN(rs.mscale, AsFloat(s.Name("mscale"), mscale));
+    ASSIGN_OR_RETURN(rs.mscale_all_dim, AsFloat(s.Name("mscale_all_dim"), mscale_all_dim));
     double af;
     if (attention_factor.has_value()) {
       af = *attention_factor;
@@ -373,11 +264,52 @@ absl::Status CheckNoSlidingWindow(const FieldReader& r, const ModelConfig& c) {
   return Unsupported("use_sliding_window", why);
 }
 
+// The query and KV heads of a GQA model and their width.
+absl::Status ParseGqaHeads(const FieldReader& r, ModelConfig& c) {
+  const bool llama = c.architecture == "LlamaForCausalLM";
+  const bool qwen3 = c.architecture == "Qwen3ForCausalLM";
+  if (llama) {
+    // LlamaConfig: None -> num_attention_heads (multi-head attention).
+    ASSIGN_OR_RETURN(c.num_kv_heads, r.PositiveIntOr("num_key_value_heads", c.num_q_heads));
+  } else {
+    // MistralConfig/Qwen2Config/Qwen3Config default to a fixed 8 or 32; require it instead.
+    ASSIGN_OR_RETURN(c.num_kv_heads, r.PositiveInt("num_key_value_heads"));
+  }
+  if (c.num_q_heads % c.num_kv_heads != 0) {
+    return Invalid(
+        "num_key_value_heads",
+        absl::StrCat(c.num_kv_heads, " does not divide num_attention_heads (", c.num_q_heads, ")"));
+  }
+  if (r.Has("head_dim")) {
+    ASSIGN_OR_RETURN(c.head_dim, r.PositiveInt("head_dim"));
+  } else if (qwen3) {
+    // Qwen3Config defaults head_dim to 128 regardless of hidden_size; require it instead.
+    return Invalid("head_dim", "required field is missing (Qwen3 sets head_dim explicitly)");
+  } else {
+    if (c.hidden_size % c.num_q_heads != 0) {
+      return Invalid("head_dim", absl::StrCat("absent, and hidden_size (", c.hidden_size,
+                                              ") is not a multiple of num_attention_heads (",
+                                              c.num_q_heads, ")"));
+    }
+    c.head_dim = c.hidden_size / c.num_q_heads;
+  }
+  if (c.head_dim % 2 != 0) {
+    return Invalid("head_dim",
+                   absl::StrCat("must be even for rotary embeddings, got ", c.head_dim));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-LayerSpec LayerSpecOf(const ModelConfig& /*config*/, int /*layer*/) {
-  // Every architecture ParseModelConfig accepts is GQA attention and dense MLPs throughout.
-  return LayerSpec{AttentionKind::kGqa, MlpKind::kDense};
+double YarnMscale(double scale, double mscale) {
+  if (scale <= 1.0) return 1.0;
+  return 0.1 * mscale * std::log(scale) + 1.0;
+}
+
+LayerSpec LayerSpecOf(const ModelConfig& config, int layer) {
+  const bool moe = config.moe.num_experts > 0 && layer >= config.moe.first_dense_layers;
+  return LayerSpec{config.attention, moe ? MlpKind::kMoe : MlpKind::kDense};
 }
 
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text) {
@@ -408,9 +340,9 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text) {
         "architectures",
         absl::StrCat("'", c.architecture, "' is not supported (supported: ", supported, ")"));
   }
-  const bool llama = c.architecture == "LlamaForCausalLM";
   const bool qwen2 = c.architecture == "Qwen2ForCausalLM";
   const bool qwen3 = c.architecture == "Qwen3ForCausalLM";
+  const bool deepseek = c.architecture == "DeepseekV3ForCausalLM";
 
   ASSIGN_OR_RETURN(c.vocab_size, r.PositiveInt("vocab_size"));
   ASSIGN_OR_RETURN(c.hidden_size, r.PositiveInt("hidden_size"));
@@ -419,36 +351,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text) {
   ASSIGN_OR_RETURN(c.num_q_heads, r.PositiveInt("num_attention_heads"));
   ASSIGN_OR_RETURN(c.max_position_embeddings, r.PositiveInt("max_position_embeddings"));
 
-  if (llama) {
-    // LlamaConfig: None -> num_attention_heads (multi-head attention).
-    ASSIGN_OR_RETURN(c.num_kv_heads, r.PositiveIntOr("num_key_value_heads", c.num_q_heads));
-  } else {
-    // MistralConfig/Qwen2Config/Qwen3Config default to a fixed 8 or 32; require it instead.
-    ASSIGN_OR_RETURN(c.num_kv_heads, r.PositiveInt("num_key_value_heads"));
-  }
-  if (c.num_q_heads % c.num_kv_heads != 0) {
-    return Invalid(
-        "num_key_value_heads",
-        absl::StrCat(c.num_kv_heads, " does not divide num_attention_heads (", c.num_q_heads, ")"));
-  }
-  if (r.Has("head_dim")) {
-    ASSIGN_OR_RETURN(c.head_dim, r.PositiveInt("head_dim"));
-  } else if (qwen3) {
-    // Qwen3Config defaults head_dim to 128 regardless of hidden_size; require it instead.
-    return Invalid("head_dim", "required field is missing (Qwen3 sets head_dim explicitly)");
-  } else {
-    if (c.hidden_size % c.num_q_heads != 0) {
-      return Invalid("head_dim", absl::StrCat("absent, and hidden_size (", c.hidden_size,
-                                              ") is not a multiple of num_attention_heads (",
-                                              c.num_q_heads, ")"));
-    }
-    c.head_dim = c.hidden_size / c.num_q_heads;
-  }
-  if (c.head_dim % 2 != 0) {
-    return Invalid("head_dim",
-                   absl::StrCat("must be even for rotary embeddings, got ", c.head_dim));
-  }
-
+  if (!deepseek) RETURN_IF_ERROR(ParseGqaHeads(r, c));
   ASSIGN_OR_RETURN(double eps, r.NumberOr("rms_norm_eps", 1e-6));
   ASSIGN_OR_RETURN(c.rms_norm_eps, AsFloat("rms_norm_eps", eps));
   if (!(c.rms_norm_eps > 0.0f)) {
@@ -474,9 +377,17 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text) {
   if (mlp_bias) return Unsupported("mlp_bias", "true is not supported (MLP projection biases)");
   c.qk_norm = qwen3;
   RETURN_IF_ERROR(CheckNoSlidingWindow(r, c));
-  if (r.Has("quantization_config")) {
-    return Unsupported("quantization_config", "quantized checkpoints are not supported");
+  if (const Json* q = r.Find("quantization_config"); q != nullptr) {
+    // DeepSeek-V3 ships FP8 with 128×128 block scales, Kimi-K2 variants INT4: serve a bf16 or
+    // fp32 conversion instead.
+    const std::string method =
+        q->is_object() && q->contains("quant_method") ? q->at("quant_method").dump() : "unknown";
+    return Unsupported("quantization_config",
+                       absl::StrCat("quantized checkpoints are not supported (quant_method ",
+                                    method, "); convert the weights to bf16, f16 or f32"));
   }
+
+  if (deepseek) RETURN_IF_ERROR(ParseDeepseekV3(root, c));
 
   ASSIGN_OR_RETURN(std::vector<int> bos, TokenIds(r, "bos_token_id"));
   if (bos.size() > 1) return Invalid("bos_token_id", "expected a single token id");

@@ -159,6 +159,99 @@ constexpr char kLlamaTransformers5[] = R"({
                       "original_max_position_embeddings": 8192}
 })";
 
+// DeepSeek-V3's published config.json (FP8), abridged; kDeepseekV3Bf16 is its bf16
+// conversion (no quantization_config).
+constexpr char kDeepseekV3[] = R"({
+  "architectures": ["DeepseekV3ForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "aux_loss_alpha": 0.001,
+  "bos_token_id": 0,
+  "eos_token_id": 1,
+  "ep_size": 1,
+  "first_k_dense_replace": 3,
+  "hidden_act": "silu",
+  "hidden_size": 7168,
+  "initializer_range": 0.02,
+  "intermediate_size": 18432,
+  "kv_lora_rank": 512,
+  "max_position_embeddings": 163840,
+  "model_type": "deepseek_v3",
+  "moe_intermediate_size": 2048,
+  "moe_layer_freq": 1,
+  "n_group": 8,
+  "n_routed_experts": 256,
+  "n_shared_experts": 1,
+  "norm_topk_prob": true,
+  "num_attention_heads": 128,
+  "num_experts_per_tok": 8,
+  "num_hidden_layers": 61,
+  "num_key_value_heads": 128,
+  "num_nextn_predict_layers": 1,
+  "q_lora_rank": 1536,
+  "qk_nope_head_dim": 128,
+  "qk_rope_head_dim": 64,
+  "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                          "weight_block_size": [128, 128]},
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
+                   "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
+                   "type": "yarn"},
+  "rope_theta": 10000,
+  "routed_scaling_factor": 2.5,
+  "scoring_func": "sigmoid",
+  "seq_aux": true,
+  "tie_word_embeddings": false,
+  "topk_group": 4,
+  "topk_method": "noaux_tc",
+  "torch_dtype": "bfloat16",
+  "use_cache": true,
+  "v_head_dim": 128,
+  "vocab_size": 129280
+})";
+
+// Kimi-K2's config.json, abridged, without its quantization_config.
+constexpr char kKimiK2[] = R"({
+  "architectures": ["DeepseekV3ForCausalLM"],
+  "attention_bias": false,
+  "bos_token_id": 163584,
+  "eos_token_id": 163585,
+  "first_k_dense_replace": 1,
+  "hidden_act": "silu",
+  "hidden_size": 7168,
+  "intermediate_size": 18432,
+  "kv_lora_rank": 512,
+  "max_position_embeddings": 131072,
+  "model_type": "kimi_k2",
+  "moe_intermediate_size": 2048,
+  "moe_layer_freq": 1,
+  "n_group": 1,
+  "n_routed_experts": 384,
+  "n_shared_experts": 1,
+  "norm_topk_prob": true,
+  "num_attention_heads": 64,
+  "num_experts_per_tok": 8,
+  "num_hidden_layers": 61,
+  "num_key_value_heads": 64,
+  "num_nextn_predict_layers": 0,
+  "q_lora_rank": 1536,
+  "qk_nope_head_dim": 128,
+  "qk_rope_head_dim": 64,
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": {"beta_fast": 1.0, "beta_slow": 1.0, "factor": 32.0, "mscale": 1.0,
+                   "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
+                   "type": "yarn"},
+  "rope_theta": 50000.0,
+  "routed_scaling_factor": 2.827,
+  "scoring_func": "sigmoid",
+  "tie_word_embeddings": false,
+  "topk_group": 1,
+  "topk_method": "noaux_tc",
+  "torch_dtype": "bfloat16",
+  "v_head_dim": 128,
+  "vocab_size": 163840
+})";
+
 std::string Replace(const char* base, const std::string& from, const std::string& to) {
   std::string s = base;
   const size_t at = s.find(from);
@@ -299,6 +392,67 @@ TEST(ParseModelConfigTest, YarnAttentionFactor) {
   c = with_scaling(R"({"rope_type": "yarn", "factor": 4.0, "attention_factor": 1.5})");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_FLOAT_EQ(c->rope_scaling.attention_factor, 1.5f);
+}
+
+const std::string kDeepseekV3Bf16 = Replace(
+    kDeepseekV3,
+    R"(  "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                          "weight_block_size": [128, 128]},
+)",
+    "");
+
+TEST(ParseModelConfigTest, DeepseekV3) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(kDeepseekV3Bf16);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->attention, AttentionKind::kMla);
+  EXPECT_EQ(c->num_q_heads, 128);
+  EXPECT_EQ(c->num_kv_heads, 128);
+  EXPECT_EQ(c->head_dim, 64);  // the rotary part, as DeepseekV3Config sets head_dim
+  EXPECT_EQ(c->mla.q_lora_rank, 1536);
+  EXPECT_EQ(c->mla.kv_lora_rank, 512);
+  EXPECT_EQ(c->mla.qk_head_dim(), 192);
+  EXPECT_EQ(c->mla.latent_width(), 576);
+  EXPECT_EQ(c->mla.v_head_dim, 128);
+  EXPECT_TRUE(c->mla.rope_interleave);  // Transformers' default
+  // YaRN: mscale == mscale_all_dim, so cos/sin are unscaled and the softmax takes
+  // (0.1 ln 40 + 1)² / sqrt(192).
+  EXPECT_FLOAT_EQ(c->rope_scaling.attention_factor, 1.0f);
+  const double m = 0.1 * std::log(40.0) + 1.0;
+  EXPECT_FLOAT_EQ(c->mla.softmax_scale, static_cast<float>(m * m / std::sqrt(192.0)));
+  EXPECT_EQ(c->moe.num_experts, 256);
+  EXPECT_EQ(c->moe.num_shared_experts, 1);
+  EXPECT_EQ(c->moe.experts_per_token, 8);
+  EXPECT_EQ(c->moe.num_groups, 8);
+  EXPECT_EQ(c->moe.topk_groups, 4);
+  EXPECT_EQ(c->moe.expert_intermediate_size, 2048);
+  EXPECT_FLOAT_EQ(c->moe.routed_scaling_factor, 2.5f);
+  EXPECT_TRUE(c->moe.norm_topk_prob);
+  EXPECT_EQ(c->num_mtp_layers, 1);
+  EXPECT_EQ(LayerSpecOf(*c, 2).mlp, MlpKind::kDense);
+  EXPECT_EQ(LayerSpecOf(*c, 3).mlp, MlpKind::kMoe);
+  EXPECT_EQ(LayerSpecOf(*c, 60).attention, AttentionKind::kMla);
+
+  // q_lora_rank null: a direct q_proj. Without rope_scaling the scale is qk_head_dim^-0.5.
+  c = ParseModelConfig(
+      absl::StrReplaceAll(kDeepseekV3Bf16, {{R"("q_lora_rank": 1536)", R"("q_lora_rank": null)"},
+                                            {R"("rope_scaling": {)", R"("unused_rope": {)"}}));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->mla.q_lora_rank, 0);
+  EXPECT_FLOAT_EQ(c->mla.softmax_scale, static_cast<float>(1.0 / std::sqrt(192.0)));
+}
+
+TEST(ParseModelConfigTest, KimiK2) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(kKimiK2);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->attention, AttentionKind::kMla);
+  EXPECT_EQ(c->moe.num_experts, 384);
+  EXPECT_EQ(c->moe.num_groups, 1);
+  EXPECT_FLOAT_EQ(c->moe.routed_scaling_factor, 2.827f);
+  EXPECT_EQ(c->num_mtp_layers, 0);
+  EXPECT_EQ(LayerSpecOf(*c, 0).mlp, MlpKind::kDense);
+  EXPECT_EQ(LayerSpecOf(*c, 1).mlp, MlpKind::kMoe);
+  EXPECT_FLOAT_EQ(c->rope_theta, 50000.0f);
+  EXPECT_EQ(c->eos_token_ids, std::vector<int>{163585});
 }
 
 // Every error names the offending field.
@@ -473,6 +627,46 @@ INSTANTIATE_TEST_SUITE_P(
                           R"("rope_scaling": {"rope_type": "yarn", "factor": 2.0,
                                               "original_max_position_embeddings": 4294967296})"),
                   "rope_scaling.original_max_position_embeddings", "4294967296"},
+        ErrorCase{"DeepseekFp8", kDeepseekV3, "quantization_config", "fp8"},
+        ErrorCase{"DeepseekGroupsDoNotDivide",
+                  Replace(kDeepseekV3Bf16.c_str(), R"("n_group": 8)", R"("n_group": 7)"), "n_group",
+                  "does not divide"},
+        ErrorCase{"DeepseekTopkGroupPastGroups",
+                  Replace(kDeepseekV3Bf16.c_str(), R"("topk_group": 4)", R"("topk_group": 9)"),
+                  "topk_group", "exceeds n_group"},
+        ErrorCase{"DeepseekTooManyExpertsPerToken",
+                  Replace(kDeepseekV3Bf16.c_str(), R"("num_experts_per_tok": 8)",
+                          R"("num_experts_per_tok": 129)"),
+                  "num_experts_per_tok", "kept groups"},
+        ErrorCase{"DeepseekSoftmaxScoring",
+                  Replace(kDeepseekV3Bf16.c_str(), R"("scoring_func": "sigmoid")",
+                          R"("scoring_func": "softmax")"),
+                  "scoring_func", "sigmoid"},
+        ErrorCase{"DeepseekKvHeads",
+                  Replace(kDeepseekV3Bf16.c_str(), R"("num_key_value_heads": 128)",
+                          R"("num_key_value_heads": 1)"),
+                  "num_key_value_heads", "MLA"},
+        ErrorCase{"DeepseekNoKvLora",
+                  Replace(kDeepseekV3Bf16.c_str(), R"("kv_lora_rank": 512,)", ""), "kv_lora_rank",
+                  "missing"},
+        ErrorCase{"DeepseekNoFirstDense",
+                  Replace(kDeepseekV3Bf16.c_str(), R"("first_k_dense_replace": 3,)", ""),
+                  "first_k_dense_replace", "missing"},
+        ErrorCase{"DeepseekOddRope",
+                  Replace(kDeepseekV3Bf16.c_str(), R"("qk_rope_head_dim": 64)",
+                          R"("qk_rope_head_dim": 63)"),
+                  "qk_rope_head_dim", "even"},
+        ErrorCase{"DeepseekV2ModelType",
+                  Replace(kDeepseekV3Bf16.c_str(), R"("model_type": "deepseek_v3")",
+                          R"("model_type": "deepseek_v2")"),
+                  "model_type", "kimi_k2"},
+        ErrorCase{
+            "DeepseekLayerFrequency",
+            Replace(kDeepseekV3Bf16.c_str(), R"("moe_layer_freq": 1)", R"("moe_layer_freq": 2)"),
+            "moe_layer_freq", ""},
+        ErrorCase{"DeepseekMscaleWithoutYarn",
+                  Replace(kDeepseekV3Bf16.c_str(), R"("type": "yarn")", R"("type": "linear")"),
+                  "rope_scaling.mscale_all_dim", "yarn"},
         ErrorCase{"EosPastInt32",
                   Replace(kLlama2_7B, R"("eos_token_id": 2)", R"("eos_token_id": 4294967298)"),
                   "eos_token_id", ""}),

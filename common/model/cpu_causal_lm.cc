@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/model/communicator.h"
+#include "common/model/cpu_mlp.h"
 #include "common/model/cpu_ops.h"
 #include "common/model/dtype.h"
 #include "common/model/forward_batch.h"
@@ -52,20 +53,23 @@ struct BatchPlan {
 struct Rank {
   TpRankPlan plan;
   ModelWeights w;              // this rank's shard (tp_shard.h layout)
-  std::unique_ptr<KvPool> kv;  // [layers, pages, page_size, rank kv heads, head_dim]
+  std::unique_ptr<KvPool> kv;  // per layer: [pages, page_size, KvLayoutOf(layer)]
   std::unique_ptr<Communicator> comm;
   std::vector<int> kv_head_of_q;  // [rank q heads] index into this rank's KV heads
 
   // Activations, resized per batch (no allocation once the largest batch has been seen).
   std::vector<float> x;            // [M, hidden] residual stream
   std::vector<float> h;            // [M, hidden] normed input of a sublayer
-  std::vector<float> q;            // [M, rank q heads, head_dim]
+  std::vector<float> q;            // [M, rank q heads, head_dim] (MLA: qk_head_dim)
   std::vector<float> k;            // [M, rank kv heads, head_dim]
   std::vector<float> v;            // [M, rank kv heads, head_dim]
-  std::vector<float> attn;         // [M, rank q heads, head_dim]
+  std::vector<float> attn;         // [M, rank q heads, head_dim] (MLA: kv_lora_rank)
   std::vector<float> out;          // [M, hidden] a sublayer's (partial) output
-  std::vector<float> gate;         // [M, rank mlp width]
-  std::vector<float> up;           // [M, rank mlp width]
+  std::vector<float> q_a;          // MLA: [M, q_lora_rank]
+  std::vector<float> latent;       // MLA: [M, kv_lora_rank + qk_rope_head_dim]
+  std::vector<float> q_latent;     // MLA: [M, rank q heads, kv_lora_rank + qk_rope_head_dim]
+  std::vector<float> heads_out;    // MLA: [M, rank q heads, v_head_dim]
+  MlpScratch mlp;                  // the MLP blocks' buffers
   std::vector<float> logits;       // [M, rank vocab] then [M, max vocab slice] padded
   std::vector<float> gathered;     // [tp, M, max vocab slice]
   TreeAttentionScratch attention;  // attention scratch
@@ -118,6 +122,7 @@ class CpuCausalLm final : public CausalLm {
   // The blocks of a layer (LayerSpecOf): each reads r.h [M, hidden] and leaves this rank's
   // part of its output in r.out [M, hidden], which RankForward all-reduces.
   void GqaAttention(Rank& r, const BatchPlan& b, int layer) const;
+  void MlaAttention(Rank& r, const BatchPlan& b, int layer) const;
   void DenseMlp(Rank& r, int num_rows, int layer) const;
   void LmHead(Rank& r, const BatchPlan& b) const;
   void CaptureFeatures(const Rank& r, const BatchPlan& b, int layer) const;
@@ -126,6 +131,14 @@ class CpuCausalLm final : public CausalLm {
   // them afterwards). The forward's x is the normed residual; AppendContext's is c.
   void ProjectKv(Rank& r, const float* x, int rows, int layer, const float* cos, const float* sin,
                  absl::Span<const int> slot_page, absl::Span<const int> slot_offset) const;
+  // MLA: layer `layer`'s latent [c_kv, k_rope] of the batch's rows h into their cache slots
+  // (r.latent holds it afterwards): c_kv = RMSNorm(h · W_kvaᵀ[:kv_lora_rank]),
+  // k_rope = RoPE(h · W_kvaᵀ[kv_lora_rank:]).
+  void ProjectLatent(Rank& r, const BatchPlan& b, int layer) const;
+  // MLA: RoPE on `rows` rotary parts of qk_rope_head_dim values, `stride` apart; row i takes
+  // the batch's row i / heads_per_row cos/sin. With rope_interleave the (d/2, 2) pairs are
+  // regrouped into halves first, as Transformers does.
+  void MlaRope(const BatchPlan& b, float* x, int rows, int heads_per_row, int stride) const;
 
   const ModelConfig config_;
   const LmOptions options_;
@@ -155,12 +168,16 @@ void CpuCausalLm::RankForward(Rank& r, const BatchPlan& b) const {
     RmsNorm(r.x.data(), w.input_norm.data(), m, hidden, eps, r.h.data());
     switch (spec.attention) {                                   // out = attention(h)
       case AttentionKind::kGqa: GqaAttention(r, b, l); break;
+      case AttentionKind::kMla: MlaAttention(r, b, l); break;
     }
     r.comm->AllReduceSum(absl::MakeSpan(r.out));
     AddInPlace(r.out.data(), r.out.size(), r.x.data());         // x += out
     RmsNorm(r.x.data(), w.post_norm.data(), m, hidden, eps, r.h.data());
     switch (spec.mlp) {                                         // out = mlp(h)
       case MlpKind::kDense: DenseMlp(r, m, l); break;
+      case MlpKind::kMoe:
+        MoeMlp(config_, w.moe, r.plan, r.h.data(), m, r.mlp, r.out.data());
+        break;
     }
     r.comm->AllReduceSum(absl::MakeSpan(r.out));
     AddInPlace(r.out.data(), r.out.size(), r.x.data());         // x += out
@@ -218,11 +235,12 @@ void CpuCausalLm::GqaAttention(Rank& r, const BatchPlan& b, int layer) const {
             b.slot_offset);  // cache[L + i] = k, v
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const AttentionHeads heads{r.kv_head_of_q, d, d};
   for (const BatchPlan::Seq& s : b.seqs) {
     TreeAttentionSeq view{s.pages, s.committed_len, s.num_nodes, s.first_new, s.mask};
     const size_t row0 = static_cast<size_t>(s.first_row) * hq * d;
-    TreeAttention(*r.kv, layer, options_.kv_page_size, view, r.kv_head_of_q, scale,
-                  r.q.data() + row0, r.attn.data() + row0, &r.attention);
+    TreeAttention(*r.kv, layer, options_.kv_page_size, view, heads, scale, r.q.data() + row0,
+                  r.attn.data() + row0, &r.attention);
   }
   MatMul(r.attn.data(), w.wo.data(), m, hidden, hq * d, r.out.data());  // out = attn · Woᵀ
 }
@@ -251,20 +269,106 @@ void CpuCausalLm::ProjectKv(Rank& r, const float* x, int rows, int layer, const 
   }
 }
 
+// out [M, hidden] = o_proj(MLA of h [M, hidden]) over this rank's heads, in the absorbed form
+// (the form the cache is made for: attention runs over the latent, never over per-head K/V):
+//   q_latent[h] = [W_uk[h]ᵀ · q_nope[h], RoPE(q_rope[h])]             [kv_lora_rank + rope]
+//   a[h] = softmax(q_latent[h] · [c_kv, k_rope]ᵀ · scale) · c_kv        [kv_lora_rank]
+//   o[h] = W_uv[h] · a[h]                                               [v_head_dim]
+// which equals Transformers' decompressed form, since head h's key is [W_uk[h] c_kv, k_rope]
+// and its value W_uv[h] c_kv. The latent is written to the rows' slots first.
+void CpuCausalLm::MlaAttention(Rank& r, const BatchPlan& b, int layer) const {
+  const MlaWeights& w = r.w.layers[layer].mla;
+  const MlaConfig& mc = config_.mla;
+  const int m = b.num_rows, hidden = config_.hidden_size, hq = r.plan.num_q_heads();
+  const int nope = mc.qk_nope_head_dim, qk = mc.qk_head_dim(), lora = mc.kv_lora_rank;
+  const int width = mc.latent_width(), vd = mc.v_head_dim, ql = mc.q_lora_rank;
+  r.q.resize(static_cast<size_t>(m) * hq * qk);
+  if (ql == 0) {
+    MatMul(r.h.data(), w.wq.data(), m, hq * qk, hidden, r.q.data());  // q = h · Wqᵀ
+  } else {                                                            // q = q_b(norm(q_a(h)))
+    r.q_a.resize(static_cast<size_t>(m) * ql);
+    MatMul(r.h.data(), w.wq_a.data(), m, ql, hidden, r.q_a.data());
+    RmsNorm(r.q_a.data(), w.q_a_norm.data(), m, ql, config_.rms_norm_eps, r.q_a.data());
+    MatMul(r.q_a.data(), w.wq_b.data(), m, hq * qk, ql, r.q.data());
+  }
+  MlaRope(b, r.q.data() + nope, m * hq, hq, qk);  // q_rope of every head
+  ProjectLatent(r, b, layer);                     // cache[L + i] = [c_kv, k_rope]
+
+  // Absorbed queries: q_latent[i, h] = [Σ_j q_nope[i, h, j] · W_uk[h][j, :], q_rope[i, h]].
+  r.q_latent.resize(static_cast<size_t>(m) * hq * width);
+  std::vector<const float*> w_uk(nope);
+  for (int h = 0; h < hq; ++h) {
+    for (int j = 0; j < nope; ++j) {
+      w_uk[j] = w.wkv_b.data() + (static_cast<size_t>(h) * (nope + vd) + j) * lora;
+    }
+    for (int i = 0; i < m; ++i) {
+      const float* q = r.q.data() + (static_cast<size_t>(i) * hq + h) * qk;
+      float* to = r.q_latent.data() + (static_cast<size_t>(i) * hq + h) * width;
+      WeightedSumRows(q, w_uk.data(), 0, nope, lora, to);
+      std::copy_n(q + nope, mc.qk_rope_head_dim, to + lora);
+    }
+  }
+
+  r.attn.resize(static_cast<size_t>(m) * hq * lora);
+  const std::vector<int> one_entry(hq, 0);  // every head reads the one latent entry
+  const AttentionHeads heads{one_entry, width, lora, /*values_in_keys=*/true};
+  for (const BatchPlan::Seq& s : b.seqs) {
+    TreeAttentionSeq view{s.pages, s.committed_len, s.num_nodes, s.first_new, s.mask};
+    const size_t row0 = static_cast<size_t>(s.first_row) * hq;
+    TreeAttention(*r.kv, layer, options_.kv_page_size, view, heads, mc.softmax_scale,
+                  r.q_latent.data() + row0 * width, r.attn.data() + row0 * lora, &r.attention);
+  }
+
+  // o[i, h] = W_uv[h] · a[i, h]; out = o · Woᵀ.
+  r.heads_out.resize(static_cast<size_t>(m) * hq * vd);
+  for (int h = 0; h < hq; ++h) {
+    const float* w_uv = w.wkv_b.data() + (static_cast<size_t>(h) * (nope + vd) + nope) * lora;
+    for (int i = 0; i < m; ++i) {
+      const size_t at = static_cast<size_t>(i) * hq + h;
+      MatMul(r.attn.data() + at * lora, w_uv, 1, vd, lora, r.heads_out.data() + at * vd);
+    }
+  }
+  MatMul(r.heads_out.data(), w.wo.data(), m, hidden, hq * vd, r.out.data());
+}
+
+void CpuCausalLm::ProjectLatent(Rank& r, const BatchPlan& b, int layer) const {
+  const MlaWeights& w = r.w.layers[layer].mla;
+  const int m = b.num_rows, lora = config_.mla.kv_lora_rank, width = config_.mla.latent_width();
+  r.latent.resize(static_cast<size_t>(m) * width);
+  MatMul(r.h.data(), w.wkv_a.data(), m, width, config_.hidden_size, r.latent.data());
+  for (int i = 0; i < m; ++i) {
+    float* row = r.latent.data() + static_cast<size_t>(i) * width;
+    RmsNorm(row, w.kv_a_norm.data(), 1, lora, config_.rms_norm_eps, row);  // c_kv
+  }
+  MlaRope(b, r.latent.data() + lora, m, 1, width);  // k_rope
+  for (int i = 0; i < m; ++i) {
+    std::copy_n(r.latent.data() + static_cast<size_t>(i) * width, width,
+                r.kv->K(layer, b.slot_page[i], b.slot_offset[i]));
+  }
+}
+
+void CpuCausalLm::MlaRope(const BatchPlan& b, float* x, int rows, int heads_per_row,
+                          int stride) const {
+  const int d = config_.mla.qk_rope_head_dim, half = d / 2;
+  std::vector<float> pairs(d);
+  for (int i = 0; i < rows; ++i) {
+    float* part = x + static_cast<size_t>(i) * stride;
+    if (config_.mla.rope_interleave) {  // [x0, x1, x2, x3, ...] -> [x0, x2, ..., x1, x3, ...]
+      for (int f = 0; f < half; ++f) {
+        pairs[f] = part[2 * f];
+        pairs[half + f] = part[2 * f + 1];
+      }
+      std::copy(pairs.begin(), pairs.end(), part);
+    }
+    const size_t row = static_cast<size_t>(i / heads_per_row) * half;
+    ApplyRope(b.rope_cos.data() + row, b.rope_sin.data() + row, 1, 1, d, part);
+  }
+}
+
 // out [M, hidden] = down(silu(gate(h)) * up(h)) over this rank's MLP columns.
 void CpuCausalLm::DenseMlp(Rank& r, int m, int layer) const {
-  const DenseMlpWeights& w = r.w.layers[layer].mlp;
-  const int hidden = config_.hidden_size, f = r.plan.mlp_width();
-  r.gate.resize(static_cast<size_t>(m) * f);
-  r.up.resize(static_cast<size_t>(m) * f);
-  MatMul(r.h.data(), w.w_gate.data(), m, f, hidden, r.gate.data());  // [M, f]
-  MatMul(r.h.data(), w.w_up.data(), m, f, hidden, r.up.data());      // [M, f]
-  SiluMul(r.gate.data(), r.up.data(), r.gate.size(), r.gate.data());
-  if (f == 0) {  // a rank with no MLP columns contributes zeros to the all-reduce
-    std::fill(r.out.begin(), r.out.end(), 0.0f);
-    return;
-  }
-  MatMul(r.gate.data(), w.w_down.data(), m, hidden, f, r.out.data());
+  GatedMlp(r.w.layers[layer].mlp, r.h.data(), m, config_.hidden_size, r.plan.mlp_width(), r.mlp,
+           r.out.data());
 }
 
 // Logits of this rank's vocab slice, gathered into b.logits [M, vocab] on rank 0.
@@ -385,6 +489,20 @@ absl::Status CpuCausalLm::AppendContext(absl::Span<const ContextRows> batch) {
   return absl::OkStatus();
 }
 
+// What layer `spec` caches per slot on `rank`: its KV heads' K and V (GQA), or the one latent
+// entry every head reads (MLA; replicated on every rank, see tp_shard.h).
+KvLayout KvLayoutOf(const ModelConfig& c, const LayerSpec& spec, const TpRankPlan& rank) {
+  switch (spec.attention) {
+    case AttentionKind::kGqa: {
+      const int width = rank.num_kv_heads() * c.head_dim;
+      return {width, width};
+    }
+    case AttentionKind::kMla:
+      return {c.mla.latent_width(), 0};
+  }
+  return {};
+}
+
 absl::Status ValidateConfig(const ModelConfig& c, const LmOptions& o) {
   auto bad = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
   if (c.vocab_size < 1 || c.hidden_size < 1 || c.num_layers < 1 || c.head_dim < 2 ||
@@ -394,6 +512,9 @@ absl::Status ValidateConfig(const ModelConfig& c, const LmOptions& o) {
                ", hidden ", c.hidden_size, ", layers ", c.num_layers, ", head_dim ", c.head_dim,
                ", intermediate ", c.intermediate_size, ", heads ", c.num_q_heads, "/",
                c.num_kv_heads, ", context ", c.max_position_embeddings, ")");
+  }
+  if (c.attention == AttentionKind::kMla && c.context_width > 0) {
+    return bad("a context projection (a DFlash drafter's body) needs GQA attention, not MLA");
   }
   if (o.kv_page_size < 1) return bad("kv_page_size must be positive, got ", o.kv_page_size);
   if (o.kv_pages < 0) return bad("kv_pages must be >= 0, got ", o.kv_pages);
@@ -432,9 +553,12 @@ absl::StatusOr<std::unique_ptr<CausalLm>> CreateCpuCausalLm(const ModelConfig& c
     } else {
       ASSIGN_OR_RETURN(rank->w, ShardWeights(config, weights, plan, r));
     }
-    rank->kv =
-        std::make_unique<KvPool>(config.num_layers, static_cast<int>(num_pages),
-                                 options.kv_page_size, rank->plan.num_kv_heads(), config.head_dim);
+    std::vector<KvLayout> layouts;
+    for (int l = 0; l < config.num_layers; ++l) {
+      layouts.push_back(KvLayoutOf(config, LayerSpecOf(config, l), rank->plan));
+    }
+    rank->kv = std::make_unique<KvPool>(std::move(layouts), static_cast<int>(num_pages),
+                                        options.kv_page_size);
     rank->comm = std::move(comms[r]);
     for (int h = rank->plan.q_head_begin; h < rank->plan.q_head_end; ++h) {
       rank->kv_head_of_q.push_back(h / plan.group_size - rank->plan.kv_head_begin);

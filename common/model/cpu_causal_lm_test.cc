@@ -61,6 +61,34 @@ ModelConfig YarnConfig() {
   return c;
 }
 
+using testing::SmallDeepseekConfig;
+
+// MLA with a direct q_proj, no YaRN, plain rotate-half RoPE; MoE in every layer with one expert
+// group, one shared expert and unnormalized weights.
+ModelConfig DeepseekDirectQConfig() {
+  ModelConfig c = SmallDeepseekConfig();
+  c.mla.q_lora_rank = 0;
+  c.mla.rope_interleave = false;
+  c.rope_scaling = RopeScaling();
+  c.mla.softmax_scale = 1.0f / 6.0f;  // qk_head_dim 36
+  c.moe.num_groups = 1;
+  c.moe.topk_groups = 1;
+  c.moe.num_shared_experts = 1;
+  c.moe.first_dense_layers = 0;
+  c.moe.norm_topk_prob = false;
+  c.moe.routed_scaling_factor = 1.0f;
+  return c;
+}
+
+// No shared experts; two groups of four, one kept.
+ModelConfig DeepseekNoSharedConfig() {
+  ModelConfig c = SmallDeepseekConfig();
+  c.moe.num_shared_experts = 0;
+  c.moe.num_groups = 2;
+  c.moe.topk_groups = 1;
+  return c;
+}
+
 std::unique_ptr<CausalLm> MakeLm(const ModelConfig& c, int tp = 1, int kv_pages = 64,
                                  uint64_t seed = kSeed) {
   LmOptions o;
@@ -138,7 +166,7 @@ double RelDiff(const std::vector<float>& a, const std::vector<float>& b) {
 std::vector<double> NaiveForward(const ModelConfig& c, const ModelWeights& w,
                                  const std::vector<int32_t>& tokens) {
   const int P = static_cast<int>(tokens.size()), D = c.hidden_size, d = c.head_dim;
-  const int hq = c.num_q_heads, hkv = c.num_kv_heads, F = c.intermediate_size;
+  const int hq = c.num_q_heads, hkv = c.num_kv_heads;
   using Vec = std::vector<double>;
   auto linear = [](const Tensor& W, const Tensor& b, const Vec& x) {  // W [out, in]
     Vec y(W.dim(0), 0.0);
@@ -171,55 +199,161 @@ std::vector<double> NaiveForward(const ModelConfig& c, const ModelWeights& w,
     }
   };
 
+  // MLA's rotary part: Transformers' interleaved layout regroups (d/2, 2) pairs into halves.
+  auto mla_rope = [&](double* part, int pos) {
+    const int half = d / 2;
+    if (c.mla.rope_interleave) {
+      Vec pairs(d);
+      for (int f = 0; f < half; ++f) {
+        pairs[f] = part[2 * f];
+        pairs[half + f] = part[2 * f + 1];
+      }
+      std::copy(pairs.begin(), pairs.end(), part);
+    }
+    Vec one(part, part + d);
+    rope(one, 1, pos);
+    std::copy(one.begin(), one.end(), part);
+  };
+  auto gated = [&](const DenseMlpWeights& m, const Vec& h) {
+    const Vec gate = linear(m.w_gate, none, h), up = linear(m.w_up, none, h);
+    Vec act(gate.size());
+    for (size_t i = 0; i < act.size(); ++i) act[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
+    return linear(m.w_down, none, act);
+  };
+  // The DeepSeek-V3 router and experts, written from Transformers' DeepseekV3MoE.
+  auto moe = [&](const MoeWeights& m, const Vec& h) {
+    const MoeConfig& e = c.moe;
+    const Vec logits = linear(m.router, none, h);
+    const int E = e.num_experts, per_group = E / e.num_groups;
+    Vec score(E), choice(E);
+    for (int i = 0; i < E; ++i) {
+      score[i] = 1 / (1 + std::exp(-logits[i]));
+      choice[i] = score[i] + m.score_bias.data()[i];
+    }
+    // Ranked by value, equal values by lower index (masked experts tie at 0.0).
+    auto by_value = [](const std::pair<double, int>& a, const std::pair<double, int>& b) {
+      return a.first > b.first || (a.first == b.first && a.second < b.second);
+    };
+    std::vector<std::pair<double, int>> groups;
+    for (int g = 0; g < e.num_groups; ++g) {
+      Vec in(choice.begin() + g * per_group, choice.begin() + (g + 1) * per_group);
+      std::sort(in.rbegin(), in.rend());
+      groups.push_back({in[0] + in[1], g});
+    }
+    std::sort(groups.begin(), groups.end(), by_value);
+    for (int g = e.topk_groups; g < e.num_groups; ++g) {
+      for (int i = 0; i < per_group; ++i) choice[groups[g].second * per_group + i] = 0.0;
+    }
+    std::vector<std::pair<double, int>> ranked;
+    for (int i = 0; i < E; ++i) ranked.push_back({choice[i], i});
+    std::sort(ranked.begin(), ranked.end(), by_value);
+    double sum = 0;
+    for (int j = 0; j < e.experts_per_token; ++j) sum += score[ranked[j].second];
+    Vec out = gated(m.shared, h);
+    for (int j = 0; j < e.experts_per_token; ++j) {
+      const int x = ranked[j].second;
+      const double weight =
+          (e.norm_topk_prob ? score[x] / sum : score[x]) * e.routed_scaling_factor;
+      const Vec y = gated(m.experts[x], h);
+      for (int i = 0; i < D; ++i) out[i] += weight * y[i];
+    }
+    return out;
+  };
+
   std::vector<Vec> x(P, Vec(D));
   for (int p = 0; p < P; ++p) {
     for (int i = 0; i < D; ++i) x[p][i] = w.embed.row(tokens[p])[i];
   }
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& lw = w.layers[l];
-    std::vector<Vec> q(P), k(P), v(P);
-    for (int p = 0; p < P; ++p) {
-      const Vec h = rms(x[p], lw.input_norm.data(), 0, D);
-      q[p] = linear(lw.gqa.wq, lw.gqa.bq, h);
-      k[p] = linear(lw.gqa.wk, lw.gqa.bk, h);
-      v[p] = linear(lw.gqa.wv, lw.gqa.bv, h);
-      if (c.qk_norm) {
+    const LayerSpec spec = LayerSpecOf(c, l);
+    std::vector<Vec> attn(P);  // [P][hq * value width]: every position's heads, before o_proj
+    if (spec.attention == AttentionKind::kMla) {
+      // The decompressed form: per-head keys [k_nope, k_rope] and values from kv_b_proj.
+      const MlaConfig& m = c.mla;
+      const int nope = m.qk_nope_head_dim, qk = m.qk_head_dim(), vd = m.v_head_dim;
+      std::vector<Vec> q(P), k(P), v(P);  // [hq * qk], [hq * qk], [hq * vd]
+      for (int p = 0; p < P; ++p) {
+        const Vec h = rms(x[p], lw.input_norm.data(), 0, D);
+        q[p] = m.q_lora_rank == 0 ? linear(lw.mla.wq, none, h)
+                                  : linear(lw.mla.wq_b, none,
+                                           rms(linear(lw.mla.wq_a, none, h), lw.mla.q_a_norm.data(),
+                                               0, m.q_lora_rank));
+        Vec kv_a = linear(lw.mla.wkv_a, none, h);
+        const Vec kv =
+            linear(lw.mla.wkv_b, none, rms(kv_a, lw.mla.kv_a_norm.data(), 0, m.kv_lora_rank));
+        mla_rope(kv_a.data() + m.kv_lora_rank, p);
+        k[p].resize(hq * qk);
+        v[p].resize(hq * vd);
         for (int hh = 0; hh < hq; ++hh) {
-          const Vec n = rms(q[p], lw.gqa.q_norm.data(), hh * d, d);
-          std::copy(n.begin(), n.end(), q[p].begin() + hh * d);
-        }
-        for (int hh = 0; hh < hkv; ++hh) {
-          const Vec n = rms(k[p], lw.gqa.k_norm.data(), hh * d, d);
-          std::copy(n.begin(), n.end(), k[p].begin() + hh * d);
+          mla_rope(q[p].data() + hh * qk + nope, p);
+          for (int e = 0; e < nope; ++e) k[p][hh * qk + e] = kv[hh * (nope + vd) + e];
+          for (int e = 0; e < d; ++e) k[p][hh * qk + nope + e] = kv_a[m.kv_lora_rank + e];
+          for (int e = 0; e < vd; ++e) v[p][hh * vd + e] = kv[hh * (nope + vd) + nope + e];
         }
       }
-      rope(q[p], hq, p);
-      rope(k[p], hkv, p);
+      for (int p = 0; p < P; ++p) {
+        attn[p].assign(hq * vd, 0.0);
+        for (int hh = 0; hh < hq; ++hh) {
+          Vec s(p + 1);
+          double max = -INFINITY, sum = 0;
+          for (int j = 0; j <= p; ++j) {
+            s[j] = 0;
+            for (int e = 0; e < qk; ++e) s[j] += q[p][hh * qk + e] * k[j][hh * qk + e];
+            s[j] *= m.softmax_scale;
+            max = std::max(max, s[j]);
+          }
+          for (double& e : s) sum += (e = std::exp(e - max));
+          for (int j = 0; j <= p; ++j) {
+            for (int e = 0; e < vd; ++e) attn[p][hh * vd + e] += s[j] / sum * v[j][hh * vd + e];
+          }
+        }
+      }
+    } else {
+      std::vector<Vec> q(P), k(P), v(P);
+      for (int p = 0; p < P; ++p) {
+        const Vec h = rms(x[p], lw.input_norm.data(), 0, D);
+        q[p] = linear(lw.gqa.wq, lw.gqa.bq, h);
+        k[p] = linear(lw.gqa.wk, lw.gqa.bk, h);
+        v[p] = linear(lw.gqa.wv, lw.gqa.bv, h);
+        if (c.qk_norm) {
+          for (int hh = 0; hh < hq; ++hh) {
+            const Vec n = rms(q[p], lw.gqa.q_norm.data(), hh * d, d);
+            std::copy(n.begin(), n.end(), q[p].begin() + hh * d);
+          }
+          for (int hh = 0; hh < hkv; ++hh) {
+            const Vec n = rms(k[p], lw.gqa.k_norm.data(), hh * d, d);
+            std::copy(n.begin(), n.end(), k[p].begin() + hh * d);
+          }
+        }
+        rope(q[p], hq, p);
+        rope(k[p], hkv, p);
+      }
+      for (int p = 0; p < P; ++p) {
+        attn[p].assign(hq * d, 0.0);
+        for (int hh = 0; hh < hq; ++hh) {
+          const int g = hh / (hq / hkv);
+          Vec s(p + 1);
+          double max = -INFINITY, sum = 0;
+          for (int j = 0; j <= p; ++j) {
+            s[j] = 0;
+            for (int e = 0; e < d; ++e) s[j] += q[p][hh * d + e] * k[j][g * d + e];
+            s[j] /= std::sqrt(static_cast<double>(d));
+            max = std::max(max, s[j]);
+          }
+          for (double& e : s) sum += (e = std::exp(e - max));
+          for (int j = 0; j <= p; ++j) {
+            for (int e = 0; e < d; ++e) attn[p][hh * d + e] += s[j] / sum * v[j][g * d + e];
+          }
+        }
+      }
     }
+    const Tensor& wo = spec.attention == AttentionKind::kMla ? lw.mla.wo : lw.gqa.wo;
     for (int p = 0; p < P; ++p) {
-      Vec attn(hq * d, 0.0);
-      for (int hh = 0; hh < hq; ++hh) {
-        const int g = hh / (hq / hkv);
-        Vec s(p + 1);
-        double max = -INFINITY, sum = 0;
-        for (int j = 0; j <= p; ++j) {
-          s[j] = 0;
-          for (int e = 0; e < d; ++e) s[j] += q[p][hh * d + e] * k[j][g * d + e];
-          s[j] /= std::sqrt(static_cast<double>(d));
-          max = std::max(max, s[j]);
-        }
-        for (double& e : s) sum += (e = std::exp(e - max));
-        for (int j = 0; j <= p; ++j) {
-          for (int e = 0; e < d; ++e) attn[hh * d + e] += s[j] / sum * v[j][g * d + e];
-        }
-      }
-      const Vec o = linear(lw.gqa.wo, none, attn);
+      const Vec o = linear(wo, none, attn[p]);
       for (int i = 0; i < D; ++i) x[p][i] += o[i];
       const Vec h = rms(x[p], lw.post_norm.data(), 0, D);
-      const Vec gate = linear(lw.mlp.w_gate, none, h), up = linear(lw.mlp.w_up, none, h);
-      Vec act(F);
-      for (int i = 0; i < F; ++i) act[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
-      const Vec down = linear(lw.mlp.w_down, none, act);
+      const Vec down = spec.mlp == MlpKind::kMoe ? moe(lw.moe, h) : gated(lw.mlp, h);
       for (int i = 0; i < D; ++i) x[p][i] += down[i];
     }
   }
@@ -243,7 +377,9 @@ constexpr double kFp32VsDoubleRel = 1e-4;
 class NaiveReferenceTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(NaiveReferenceTest, PrefillMatchesNaiveDoubleForward) {
-  const ModelConfig configs[] = {SmallLlamaConfig(), Qwen2Config(), Qwen3Config(), YarnConfig()};
+  const ModelConfig configs[] = {
+      SmallLlamaConfig(),    Qwen2Config(),           Qwen3Config(),           YarnConfig(),
+      SmallDeepseekConfig(), DeepseekDirectQConfig(), DeepseekNoSharedConfig()};
   const ModelConfig& c = configs[GetParam()];
   std::mt19937 rng(GetParam());
   const std::vector<int32_t> tokens = RandomTokens(rng, 40, c.vocab_size);
@@ -263,13 +399,14 @@ TEST_P(NaiveReferenceTest, PrefillMatchesNaiveDoubleForward) {
   EXPECT_LT(worst, kFp32VsDoubleRel);
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, NaiveReferenceTest, ::testing::Range(0, 4));
+INSTANTIATE_TEST_SUITE_P(Architectures, NaiveReferenceTest, ::testing::Range(0, 7));
 
 // ---------------------------------------------------------------------------------------------
 // Metamorphic invariants. All of them hold bit for bit (cpu_causal_lm.h says why).
 
 TEST(CpuCausalLmTest, ChainPrefillEqualsTokenByTokenDecodeBitwise) {
-  for (const ModelConfig& c : {SmallLlamaConfig(), Qwen2Config(), Qwen3Config()}) {
+  for (const ModelConfig& c :
+       {SmallLlamaConfig(), Qwen2Config(), Qwen3Config(), SmallDeepseekConfig()}) {
     std::mt19937 rng(1);
     const std::vector<int32_t> tokens = RandomTokens(rng, 40, c.vocab_size);  // 3 pages
     auto lm = MakeLm(c);
@@ -285,7 +422,7 @@ TEST(CpuCausalLmTest, ChainPrefillEqualsTokenByTokenDecodeBitwise) {
 }
 
 TEST(CpuCausalLmTest, TreeNodeEqualsCausalForwardOfItsPathBitwise) {
-  for (const ModelConfig& c : {SmallLlamaConfig(), Qwen3Config()}) {
+  for (const ModelConfig& c : {SmallLlamaConfig(), Qwen3Config(), SmallDeepseekConfig()}) {
     std::mt19937 rng(2);
     const int V = c.vocab_size;
     const std::vector<int32_t> prompt = RandomTokens(rng, 13, V);
@@ -310,31 +447,32 @@ TEST(CpuCausalLmTest, TreeNodeEqualsCausalForwardOfItsPathBitwise) {
 }
 
 TEST(CpuCausalLmTest, CommitThenContinueEqualsDecodingTheAcceptedPath) {
-  const ModelConfig c = SmallLlamaConfig();
-  const int V = c.vocab_size;
-  std::mt19937 rng(3);
-  const std::vector<int32_t> prompt = RandomTokens(rng, 10, V);
-  const std::vector<int32_t> tokens = RandomTokens(rng, 16, V);
-  const std::vector<int32_t> parents = {-1, 0, 0, 1, 2, 2, 3, 4, 5, 5, 7, 9, 9, 10, 12, 12};
-  auto lm = MakeLm(c);
-  const SeqId seq = lm->CreateSequence();
-  Prefill(*lm, seq, prompt);
-  ForwardOk(*lm, {{seq, 10, tokens, parents, 0}});
-  const std::vector<int> path = {0, 2, 4, 7, 10, 13};  // moves every slot but the first
-  lm->Commit(seq, 10, path);
-  const int L = 10 + static_cast<int>(path.size());
-  EXPECT_EQ(lm->kv_cache().num_reserved_slots(seq), 16);  // 16 slots = 1 page
+  for (const ModelConfig& c : {SmallLlamaConfig(), SmallDeepseekConfig()}) {
+    const int V = c.vocab_size;
+    std::mt19937 rng(3);
+    const std::vector<int32_t> prompt = RandomTokens(rng, 10, V);
+    const std::vector<int32_t> tokens = RandomTokens(rng, 16, V);
+    const std::vector<int32_t> parents = {-1, 0, 0, 1, 2, 2, 3, 4, 5, 5, 7, 9, 9, 10, 12, 12};
+    auto lm = MakeLm(c);
+    const SeqId seq = lm->CreateSequence();
+    Prefill(*lm, seq, prompt);
+    ForwardOk(*lm, {{seq, 10, tokens, parents, 0}});
+    const std::vector<int> path = {0, 2, 4, 7, 10, 13};  // moves every slot but the first
+    lm->Commit(seq, 10, path);
+    const int L = 10 + static_cast<int>(path.size());
+    EXPECT_EQ(lm->kv_cache().num_reserved_slots(seq), 16);  // 16 slots = 1 page
 
-  // Continue with a small tree of two more tokens after the committed path.
-  const std::vector<int32_t> next = RandomTokens(rng, 3, V);
-  const std::vector<float> cont = ForwardOk(*lm, {{seq, L, next, {-1, 0, 0}, 0}});
+    // Continue with a small tree of two more tokens after the committed path.
+    const std::vector<int32_t> next = RandomTokens(rng, 3, V);
+    const std::vector<float> cont = ForwardOk(*lm, {{seq, L, next, {-1, 0, 0}, 0}});
 
-  std::vector<int32_t> direct = prompt;
-  for (int j : path) direct.push_back(tokens[j]);
-  const SeqId fresh = lm->CreateSequence();
-  const std::vector<float> a = Prefill(*lm, fresh, direct);
-  const std::vector<float> b = ForwardOk(*lm, {{fresh, L, next, {-1, 0, 0}, 0}});
-  EXPECT_TRUE(BitEqual(cont, b));
+    std::vector<int32_t> direct = prompt;
+    for (int j : path) direct.push_back(tokens[j]);
+    const SeqId fresh = lm->CreateSequence();
+    const std::vector<float> a = Prefill(*lm, fresh, direct);
+    const std::vector<float> b = ForwardOk(*lm, {{fresh, L, next, {-1, 0, 0}, 0}});
+    EXPECT_TRUE(BitEqual(cont, b)) << c.architecture;
+  }
 }
 
 TEST(CpuCausalLmTest, IncrementalTreeEqualsOneShotTreeBitwise) {
@@ -362,32 +500,33 @@ TEST(CpuCausalLmTest, IncrementalTreeEqualsOneShotTreeBitwise) {
 
 TEST(CpuCausalLmTest, BatchEqualsEachSequenceAloneBitwise) {
   for (int tp : {1, 3}) {
-    const ModelConfig c = Qwen2Config();
-    const int V = c.vocab_size;
-    std::mt19937 rng(5);
-    const std::vector<int32_t> p1 = RandomTokens(rng, 17, V), p2 = RandomTokens(rng, 5, V);
-    const std::vector<int32_t> chain = RandomTokens(rng, 30, V);
-    const std::vector<int32_t> tree = RandomTokens(rng, 9, V);
-    const std::vector<int32_t> tree_parents = RandomTreeParents(rng, 9);
-    const std::vector<int32_t> one = RandomTokens(rng, 1, V);
+    for (const ModelConfig& c : {Qwen2Config(), SmallDeepseekConfig()}) {
+      const int V = c.vocab_size;
+      std::mt19937 rng(5);
+      const std::vector<int32_t> p1 = RandomTokens(rng, 17, V), p2 = RandomTokens(rng, 5, V);
+      const std::vector<int32_t> chain = RandomTokens(rng, 30, V);
+      const std::vector<int32_t> tree = RandomTokens(rng, 9, V);
+      const std::vector<int32_t> tree_parents = RandomTreeParents(rng, 9);
+      const std::vector<int32_t> one = RandomTokens(rng, 1, V);
 
-    auto batched = MakeLm(c, tp), single = MakeLm(c, tp);
-    std::vector<SeqId> sb, ss;
-    for (CausalLm* lm : {batched.get(), single.get()}) {
-      auto& ids = lm == batched.get() ? sb : ss;
-      for (int i = 0; i < 3; ++i) ids.push_back(lm->CreateSequence());
-      Prefill(*lm, ids[1], p1);
-      Prefill(*lm, ids[2], p2);
+      auto batched = MakeLm(c, tp), single = MakeLm(c, tp);
+      std::vector<SeqId> sb, ss;
+      for (CausalLm* lm : {batched.get(), single.get()}) {
+        auto& ids = lm == batched.get() ? sb : ss;
+        for (int i = 0; i < 3; ++i) ids.push_back(lm->CreateSequence());
+        Prefill(*lm, ids[1], p1);
+        Prefill(*lm, ids[2], p2);
+      }
+      const std::vector<float> all = ForwardOk(*batched, {{sb[0], 0, chain, ChainParents(30), 0},
+                                                          {sb[1], 17, tree, tree_parents, 0},
+                                                          {sb[2], 5, one, {-1}, 0}});
+      std::vector<float> alone = ForwardOk(*single, {{ss[0], 0, chain, ChainParents(30), 0}});
+      for (const auto& part : {ForwardOk(*single, {{ss[1], 17, tree, tree_parents, 0}}),
+                               ForwardOk(*single, {{ss[2], 5, one, {-1}, 0}})}) {
+        alone.insert(alone.end(), part.begin(), part.end());
+      }
+      EXPECT_TRUE(BitEqual(all, alone)) << c.architecture << " tp " << tp;
     }
-    const std::vector<float> all = ForwardOk(*batched, {{sb[0], 0, chain, ChainParents(30), 0},
-                                                        {sb[1], 17, tree, tree_parents, 0},
-                                                        {sb[2], 5, one, {-1}, 0}});
-    std::vector<float> alone = ForwardOk(*single, {{ss[0], 0, chain, ChainParents(30), 0}});
-    for (const auto& part : {ForwardOk(*single, {{ss[1], 17, tree, tree_parents, 0}}),
-                             ForwardOk(*single, {{ss[2], 5, one, {-1}, 0}})}) {
-      alone.insert(alone.end(), part.begin(), part.end());
-    }
-    EXPECT_TRUE(BitEqual(all, alone)) << "tp " << tp;
   }
 }
 
@@ -427,10 +566,17 @@ TEST(CpuCausalLmTest, TensorParallelMatchesSingleRank) {
   ModelConfig qwen2_uneven = UnevenConfig();
   qwen2_uneven.qkv_bias = true;
   qwen2_uneven.tie_word_embeddings = false;
-  const TpCase cases[] = {{"uneven", UnevenConfig(), 2}, {"uneven", UnevenConfig(), 3},
-                          {"uneven", UnevenConfig(), 7}, {"narrow", narrow, 3},
-                          {"narrow", narrow, 7},         {"qwen2", qwen2_uneven, 3},
-                          {"qwen3", Qwen3Config(), 2}};
+  const TpCase cases[] = {{"uneven", UnevenConfig(), 2},
+                          {"uneven", UnevenConfig(), 3},
+                          {"uneven", UnevenConfig(), 7},
+                          {"narrow", narrow, 3},
+                          {"narrow", narrow, 7},
+                          {"qwen2", qwen2_uneven, 3},
+                          {"qwen3", Qwen3Config(), 2},
+                          {"deepseek", SmallDeepseekConfig(), 2},
+                          {"deepseek", SmallDeepseekConfig(), 3},
+                          {"deepseek", SmallDeepseekConfig(), 7},
+                          {"deepseek-direct-q", DeepseekDirectQConfig(), 3}};
   for (const TpCase& tc : cases) {
     const ModelConfig& c = tc.config;
     const int V = c.vocab_size;

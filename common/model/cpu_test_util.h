@@ -48,6 +48,51 @@ inline ModelConfig TinyTargetConfig() {
   return c;
 }
 
+// A small DeepSeek-V3-shaped config: MLA with q LoRA over 8 heads whose widths are not powers
+// of two (nope 24, rope 12, v 20, latent 40 + 12), a dense first layer, then MoE layers of 8
+// experts in 4 groups (2 kept, 3 experts per token) of width 128 with 2 shared experts, and
+// YaRN with DeepSeek's mscale fields.
+inline ModelConfig SmallDeepseekConfig() {
+  ModelConfig c;
+  c.architecture = "DeepseekV3ForCausalLM";
+  c.vocab_size = 512;
+  c.hidden_size = 96;
+  c.intermediate_size = 192;
+  c.num_layers = 3;
+  c.num_q_heads = 8;
+  c.num_kv_heads = 8;
+  c.max_position_embeddings = 256;
+  c.rms_norm_eps = 1e-6f;
+  c.rope_theta = 10000.0f;
+  c.attention = AttentionKind::kMla;
+  c.mla.q_lora_rank = 48;
+  c.mla.kv_lora_rank = 40;
+  c.mla.qk_nope_head_dim = 24;
+  c.mla.qk_rope_head_dim = 12;
+  c.mla.v_head_dim = 20;
+  c.mla.rope_interleave = true;
+  c.head_dim = c.mla.qk_rope_head_dim;
+  RopeScaling& rs = c.rope_scaling;
+  rs.type = RopeScaling::Type::kYarn;
+  rs.factor = 4.0f;
+  rs.original_max_position_embeddings = 64;
+  rs.mscale = 1.0f;
+  rs.mscale_all_dim = 0.5f;
+  rs.attention_factor = static_cast<float>(YarnMscale(4.0, 1.0) / YarnMscale(4.0, 0.5));
+  const double mscale = YarnMscale(4.0, 0.5);
+  c.mla.softmax_scale = static_cast<float>(mscale * mscale / std::sqrt(36.0));
+  c.moe.num_experts = 8;
+  c.moe.num_shared_experts = 2;
+  c.moe.experts_per_token = 3;
+  c.moe.num_groups = 4;
+  c.moe.topk_groups = 2;
+  c.moe.expert_intermediate_size = 128;
+  c.moe.first_dense_layers = 1;
+  c.moe.routed_scaling_factor = 2.5f;
+  c.moe.norm_topk_prob = true;
+  return c;
+}
+
 // Uniform in [-a, a] with a = sqrt(3) * sigma, so the standard deviation is sigma.
 inline void FillUniform(std::mt19937_64& rng, float center, float sigma, Tensor& t) {
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);

@@ -4,9 +4,11 @@ add_library(treespec_model
   ${CMAKE_CURRENT_LIST_DIR}/causal_lm.cc
   ${CMAKE_CURRENT_LIST_DIR}/communicator.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu_causal_lm.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cpu_mlp.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu_ops.cc
   ${CMAKE_CURRENT_LIST_DIR}/forward_batch.cc
   ${CMAKE_CURRENT_LIST_DIR}/kv_cache.cc
+  ${CMAKE_CURRENT_LIST_DIR}/moe_router.cc
   ${CMAKE_CURRENT_LIST_DIR}/sampling.cc
   ${CMAKE_CURRENT_LIST_DIR}/top_k.cc
   ${CMAKE_CURRENT_LIST_DIR}/tp_plan.cc
@@ -30,7 +32,7 @@ if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
 endif()
 
 # Tests. Random weights and small configs for them live in the header cpu_test_util.h.
-foreach(t cpu_ops_test kv_cache_test communicator_test tp_plan_test sampling_test)
+foreach(t cpu_ops_test moe_router_test kv_cache_test communicator_test tp_plan_test sampling_test)
   treespec_add_test(NAME ${t} SOURCES ${CMAKE_CURRENT_LIST_DIR}/${t}.cc LIBS treespec_model)
 endforeach()
 foreach(t tree_attention_test cpu_causal_lm_test top_k_test feature_capture_test)

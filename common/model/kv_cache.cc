@@ -4,52 +4,44 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/util/log.h"
 
 namespace treespec {
 
-KvPool::KvPool(int num_layers, int num_pages, int page_size, int num_kv_heads, int head_dim)
-    : num_layers_(num_layers),
-      num_pages_(num_pages),
-      page_size_(page_size),
-      num_kv_heads_(num_kv_heads),
-      head_dim_(head_dim),
-      k_(static_cast<size_t>(num_layers) * num_pages * page_size * num_kv_heads * head_dim),
-      v_(k_.size()) {}
-
-namespace {
-inline size_t SlotOffset(int layer, int page, int offset, int num_pages, int page_size,
-                         int slot_width) {
-  return ((static_cast<size_t>(layer) * num_pages + page) * page_size + offset) * slot_width;
+KvPool::KvPool(std::vector<KvLayout> layers, int num_pages, int page_size)
+    : layers_(std::move(layers)), num_pages_(num_pages), page_size_(page_size) {
+  const size_t slots = static_cast<size_t>(num_pages) * page_size;
+  for (const KvLayout& l : layers_) {
+    k_.emplace_back(slots * l.k_width);
+    v_.emplace_back(slots * l.v_width);
+  }
 }
-}  // namespace
+
+KvPool::KvPool(int num_layers, int num_pages, int page_size, int num_kv_heads, int head_dim)
+    : KvPool(std::vector<KvLayout>(num_layers, {num_kv_heads * head_dim, num_kv_heads * head_dim}),
+             num_pages, page_size) {}
 
 float* KvPool::K(int layer, int page, int offset) {
-  return k_.data() +
-         SlotOffset(layer, page, offset, num_pages_, page_size_, num_kv_heads_ * head_dim_);
+  return k_[layer].data() + SlotIndex(page, offset) * layers_[layer].k_width;
 }
 float* KvPool::V(int layer, int page, int offset) {
-  return v_.data() +
-         SlotOffset(layer, page, offset, num_pages_, page_size_, num_kv_heads_ * head_dim_);
+  return v_[layer].data() + SlotIndex(page, offset) * layers_[layer].v_width;
 }
 const float* KvPool::K(int layer, int page, int offset) const {
-  return k_.data() +
-         SlotOffset(layer, page, offset, num_pages_, page_size_, num_kv_heads_ * head_dim_);
+  return k_[layer].data() + SlotIndex(page, offset) * layers_[layer].k_width;
 }
 const float* KvPool::V(int layer, int page, int offset) const {
-  return v_.data() +
-         SlotOffset(layer, page, offset, num_pages_, page_size_, num_kv_heads_ * head_dim_);
+  return v_[layer].data() + SlotIndex(page, offset) * layers_[layer].v_width;
 }
 
 void KvPool::CopySlot(int src_page, int src_offset, int dst_page, int dst_offset) {
-  const size_t width = static_cast<size_t>(num_kv_heads_) * head_dim_;
-  for (int layer = 0; layer < num_layers_; ++layer) {
-    std::memcpy(K(layer, dst_page, dst_offset), K(layer, src_page, src_offset),
-                width * sizeof(float));
-    std::memcpy(V(layer, dst_page, dst_offset), V(layer, src_page, src_offset),
-                width * sizeof(float));
+  for (size_t layer = 0; layer < layers_.size(); ++layer) {
+    const int l = static_cast<int>(layer);
+    std::copy_n(K(l, src_page, src_offset), layers_[layer].k_width, K(l, dst_page, dst_offset));
+    std::copy_n(V(l, src_page, src_offset), layers_[layer].v_width, V(l, dst_page, dst_offset));
   }
 }
 

@@ -4,6 +4,7 @@ add_library(treespec_model_io
   ${CMAKE_CURRENT_LIST_DIR}/tensor.cc
   ${CMAKE_CURRENT_LIST_DIR}/weights.cc
   ${CMAKE_CURRENT_LIST_DIR}/config.cc
+  ${CMAKE_CURRENT_LIST_DIR}/deepseek_config.cc
   ${CMAKE_CURRENT_LIST_DIR}/dtype.cc
   ${CMAKE_CURRENT_LIST_DIR}/safetensors.cc
   ${CMAKE_CURRENT_LIST_DIR}/model_loader.cc

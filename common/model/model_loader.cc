@@ -6,6 +6,9 @@
 //   - `lm_head.weight` of a tied model: fine when it equals the embedding (as tied checkpoints
 //     store it); an error when it differs, because then config.json's tie_word_embeddings is
 //     wrong and the output projection would silently change.
+//   - the layers of multi-token prediction (DeepSeek-V3's num_nextn_predict_layers, stored as
+//     `model.layers.{num_hidden_layers + i}.*`): skipped with one log line; they are a drafter
+//     of their own, not part of the target's forward.
 //   - any other `model.*` tensor (an o_proj bias, a q_norm on a Llama, a layer past
 //     num_hidden_layers, ...): an error, since it means config.json describes a different model.
 //   - anything else (outside the decoder, e.g. a value head): ignored.
@@ -21,10 +24,13 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "common/model/safetensors.h"
 #include "common/model/weights.h"
+#include "common/util/log.h"
 #include "common/util/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -143,8 +149,19 @@ absl::StatusOr<Checkpoint> OpenCheckpoint(const std::string& model_dir) {
 // Why a tensor the config expects may be missing, for the error message.
 std::string MissingHint(const std::string& name, const ModelConfig& c) {
   if (name == "lm_head.weight") return " (config.json says tie_word_embeddings=false)";
+  if (c.attention == AttentionKind::kMla && absl::StrContains(name, "self_attn.")) {
+    return absl::StrCat(" (config.json says multi-head latent attention with q_lora_rank=",
+                        c.mla.q_lora_rank > 0 ? absl::StrCat(c.mla.q_lora_rank) : "null",
+                        ", kv_lora_rank=", c.mla.kv_lora_rank, ")");
+  }
   if (absl::StrContains(name, "_proj.bias"))
     return absl::StrCat(" (", c.architecture, " has q/k/v biases)");
+  if (absl::StrContains(name, "mlp.experts.") || absl::StrContains(name, "mlp.shared_experts.") ||
+      absl::StrContains(name, "mlp.gate.")) {
+    return absl::StrCat(
+        " (config.json says layers from first_k_dense_replace=", c.moe.first_dense_layers,
+        " on are MoE with n_routed_experts=", c.moe.num_experts, ", one tensor per expert)");
+  }
   if (absl::StrContains(name, "_norm.weight") && absl::StrContains(name, "self_attn")) {
     return absl::StrCat(" (", c.architecture, " has q/k RMSNorm)");
   }
@@ -216,6 +233,19 @@ std::vector<std::string> UnusedTensors(const Checkpoint& ckpt,
   return unused;
 }
 
+// A tensor of a multi-token-prediction layer: model.layers.{i}.* with i in
+// [num_layers, num_layers + num_mtp_layers).
+bool IsMtpTensor(const std::string& name, const ModelConfig& config) {
+  absl::string_view rest = name;
+  if (config.num_mtp_layers == 0 || !absl::ConsumePrefix(&rest, "model.layers.")) return false;
+  const size_t dot = rest.find('.');
+  int layer = 0;
+  if (dot == absl::string_view::npos || !absl::SimpleAtoi(rest.substr(0, dot), &layer)) {
+    return false;
+  }
+  return layer >= config.num_layers && layer < config.num_layers + config.num_mtp_layers;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<std::string>> LoadTensorSlots(const std::string& model_dir,
@@ -237,12 +267,23 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const std::string& model_dir,
       [&](const std::string& name) { return MissingHint(name, config); }, used));
 
   std::vector<std::string> unexpected;
+  int mtp_tensors = 0;
   for (const std::string& name : UnusedTensors(ckpt, used)) {
     if (name == "lm_head.weight" && config.tie_word_embeddings) {
       RETURN_IF_ERROR(CheckTiedHead(ckpt, weights));
       continue;
     }
+    if (IsMtpTensor(name, config)) {
+      ++mtp_tensors;
+      continue;
+    }
     if (absl::StartsWith(name, "model.")) unexpected.push_back(name);  // stays sorted
+  }
+  if (mtp_tensors > 0) {
+    TS_LOG(kInfo,
+           "%s: skipped %d tensors of the %d multi-token-prediction layer(s) "
+           "(num_nextn_predict_layers): not part of the forward",
+           model_dir, mtp_tensors, config.num_mtp_layers);
   }
   if (!unexpected.empty()) {
     const size_t shown = std::min<size_t>(unexpected.size(), 5);

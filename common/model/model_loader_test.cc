@@ -329,6 +329,108 @@ TEST_F(ModelDirTest, UnusedDecoderTensorsAreErrors) {
   EXPECT_THAT(std::string(w.status().message()), HasSubstr("'model.layers.1."));
 }
 
+// A tiny DeepSeek-V3: MLA (q LoRA optional), one dense layer, then MoE layers.
+ModelConfig TinyDeepseekConfig(int q_lora_rank, int shared_experts) {
+  ModelConfig c = TinyConfig("LlamaForCausalLM", false);
+  c.architecture = "DeepseekV3ForCausalLM";
+  c.num_layers = 3;
+  c.num_kv_heads = c.num_q_heads;
+  c.attention = AttentionKind::kMla;
+  c.mla.q_lora_rank = q_lora_rank;
+  c.mla.kv_lora_rank = 24;
+  c.mla.qk_nope_head_dim = 12;
+  c.mla.qk_rope_head_dim = 6;
+  c.mla.v_head_dim = 10;
+  c.mla.rope_interleave = true;
+  c.mla.softmax_scale = static_cast<float>(1.0 / std::sqrt(18.0));
+  c.head_dim = 6;
+  c.moe.num_experts = 6;
+  c.moe.num_shared_experts = shared_experts;
+  c.moe.experts_per_token = 2;
+  c.moe.num_groups = 3;
+  c.moe.topk_groups = 2;
+  c.moe.expert_intermediate_size = 16;
+  c.moe.first_dense_layers = 1;
+  c.moe.routed_scaling_factor = 2.5f;
+  c.moe.norm_topk_prob = false;
+  return c;
+}
+
+TEST_F(ModelDirTest, DeepseekRoundTrip) {
+  for (const auto& [q_lora, shared] : {std::pair{0, 1}, std::pair{20, 0}, std::pair{20, 2}}) {
+    const ModelConfig c = TinyDeepseekConfig(q_lora, shared);
+    ASSERT_TRUE(Write(c, DType::kBF16, 2).ok());
+    absl::StatusOr<ModelConfig> loaded = LoadModelConfig(dir_);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(loaded->attention, AttentionKind::kMla);
+    EXPECT_EQ(loaded->head_dim, 6);
+    EXPECT_EQ(loaded->mla.q_lora_rank, q_lora);
+    EXPECT_EQ(loaded->mla.kv_lora_rank, 24);
+    EXPECT_EQ(loaded->mla.qk_nope_head_dim, 12);
+    EXPECT_EQ(loaded->mla.v_head_dim, 10);
+    EXPECT_FLOAT_EQ(loaded->mla.softmax_scale, c.mla.softmax_scale);
+    EXPECT_EQ(loaded->moe.num_experts, 6);
+    EXPECT_EQ(loaded->moe.num_shared_experts, shared);
+    EXPECT_EQ(loaded->moe.num_groups, 3);
+    EXPECT_EQ(loaded->moe.topk_groups, 2);
+    EXPECT_EQ(loaded->moe.first_dense_layers, 1);
+    EXPECT_FALSE(loaded->moe.norm_topk_prob);
+    absl::StatusOr<ModelWeights> w = LoadModelWeights(dir_, *loaded);
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_EQ(w->layers[1].moe.experts.size(), 6u);
+    EXPECT_EQ(w->layers[2].moe.shared.w_gate.shape(), (std::vector<int64_t>{16 * shared, 32}));
+    EXPECT_TRUE(w->layers[0].moe.router.empty());  // the dense first layer
+    ExpectRandomValues(c, *w, DType::kBF16, 5, 0.5f);
+  }
+}
+
+TEST_F(ModelDirTest, DeepseekMtpLayersAreSkippedOthersAreErrors) {
+  ASSERT_TRUE(Write(TinyDeepseekConfig(20, 1)).ok());
+  // The third layer's tensors become the one multi-token-prediction layer.
+  EditConfig(dir_, [](nlohmann::json& j) {
+    j["num_hidden_layers"] = 2;
+    j["num_nextn_predict_layers"] = 1;
+  });
+  absl::StatusOr<ModelConfig> c = LoadModelConfig(dir_);
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<ModelWeights> w = LoadModelWeights(dir_, *c);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->layers.size(), 2u);
+
+  EditConfig(dir_, [](nlohmann::json& j) { j["num_nextn_predict_layers"] = 0; });
+  c = LoadModelConfig(dir_);
+  ASSERT_TRUE(c.ok());
+  w = LoadModelWeights(dir_, *c);
+  ASSERT_FALSE(w.ok());
+  EXPECT_THAT(std::string(w.status().message()), HasSubstr("'model.layers.2."));
+}
+
+TEST_F(ModelDirTest, DeepseekMissingExpertNamesTensorAndConfig) {
+  const ModelConfig c = TinyDeepseekConfig(20, 1);
+  ASSERT_TRUE(Write(c).ok());
+  absl::StatusOr<ModelWeights> w = LoadModelWeights(dir_, c);
+  ASSERT_TRUE(w.ok()) << w.status();
+  const std::string dropped = "model.layers.2.mlp.experts.4.up_proj.weight";
+  std::vector<std::pair<std::string, const Tensor*>> kept;
+  ForEachTensor(c, *w, [&](TensorSlot& s) {
+    if (s.present && s.hf_name != dropped) kept.push_back({s.hf_name, s.tensor});
+  });
+  ASSERT_TRUE(WriteSafetensors(dir_ + "/model.safetensors", kept, DType::kF32).ok());
+  absl::StatusOr<ModelWeights> again = LoadModelWeights(dir_, c);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(again.status().message()), HasSubstr("'" + dropped + "'"));
+  EXPECT_THAT(std::string(again.status().message()), HasSubstr("n_routed_experts=6"));
+
+  // An expert count that disagrees with the checkpoint: the router's shape says so.
+  EditConfig(dir_, [](nlohmann::json& j) { j["n_routed_experts"] = 9; });
+  absl::StatusOr<ModelConfig> nine = LoadModelConfig(dir_);
+  ASSERT_TRUE(nine.ok()) << nine.status();
+  again = LoadModelWeights(dir_, *nine);
+  ASSERT_FALSE(again.ok());
+  EXPECT_THAT(std::string(again.status().message()), HasSubstr("mlp.gate.weight"));
+}
+
 // Rewrites the checkpoint of a tied model as one file that also holds `extra` tensors.
 void RewriteWithExtras(const std::string& dir, const ModelConfig& c,
                        const std::vector<std::pair<std::string, const Tensor*>>& extra) {

@@ -80,13 +80,22 @@ OrderedJson RopeScalingJson(const RopeScaling& rs) {
               {"low_freq_factor", ShortestDouble(rs.low_freq_factor)},
               {"high_freq_factor", ShortestDouble(rs.high_freq_factor)},
               {"original_max_position_embeddings", rs.original_max_position_embeddings}};
-    case RopeScaling::Type::kYarn:
-      return {{"rope_type", "yarn"},
-              {"factor", ShortestDouble(rs.factor)},
-              {"original_max_position_embeddings", rs.original_max_position_embeddings},
-              {"beta_fast", ShortestDouble(rs.beta_fast)},
-              {"beta_slow", ShortestDouble(rs.beta_slow)},
-              {"attention_factor", ShortestDouble(rs.attention_factor)}};
+    case RopeScaling::Type::kYarn: {
+      OrderedJson j = {{"rope_type", "yarn"},
+                       {"factor", ShortestDouble(rs.factor)},
+                       {"original_max_position_embeddings", rs.original_max_position_embeddings},
+                       {"beta_fast", ShortestDouble(rs.beta_fast)},
+                       {"beta_slow", ShortestDouble(rs.beta_slow)}};
+      if (rs.mscale != 0.0f || rs.mscale_all_dim != 0.0f) {
+        // DeepSeek's spelling: the loader derives attention_factor from these two, and MLA's
+        // softmax scale needs mscale_all_dim.
+        j["mscale"] = ShortestDouble(rs.mscale);
+        j["mscale_all_dim"] = ShortestDouble(rs.mscale_all_dim);
+      } else {
+        j["attention_factor"] = ShortestDouble(rs.attention_factor);
+      }
+      return j;
+    }
   }
   return nullptr;
 }
@@ -126,13 +135,15 @@ std::string ModelConfigToHfJson(const ModelConfig& c, DType dtype, float initial
   const bool mistral = c.architecture == "MistralForCausalLM";
   const bool qwen2 = c.architecture == "Qwen2ForCausalLM";
   const bool qwen3 = c.architecture == "Qwen3ForCausalLM";
+  const bool deepseek = c.architecture == "DeepseekV3ForCausalLM";
   OrderedJson j;
   j["architectures"] = {c.architecture};
-  j["model_type"] = llama     ? "llama"
-                    : mistral ? "mistral"
-                    : qwen2   ? "qwen2"
-                    : qwen3   ? "qwen3"
-                              : "unknown";
+  j["model_type"] = llama      ? "llama"
+                    : mistral  ? "mistral"
+                    : qwen2    ? "qwen2"
+                    : qwen3    ? "qwen3"
+                    : deepseek ? "deepseek_v3"
+                               : "unknown";
   j["vocab_size"] = c.vocab_size;
   j["hidden_size"] = c.hidden_size;
   j["intermediate_size"] = c.intermediate_size;
@@ -158,6 +169,28 @@ std::string ModelConfigToHfJson(const ModelConfig& c, DType dtype, float initial
     j["pretraining_tp"] = 1;
   }
   if (qwen3) j["attention_bias"] = false;
+  if (deepseek) {
+    // DeepseekV3Config's head_dim is always qk_rope_head_dim; write what it will hold.
+    const MlaConfig& m = c.mla;
+    j["q_lora_rank"] = m.q_lora_rank > 0 ? OrderedJson(m.q_lora_rank) : OrderedJson(nullptr);
+    j["kv_lora_rank"] = m.kv_lora_rank;
+    j["qk_nope_head_dim"] = m.qk_nope_head_dim;
+    j["qk_rope_head_dim"] = m.qk_rope_head_dim;
+    j["v_head_dim"] = m.v_head_dim;
+    j["rope_interleave"] = m.rope_interleave;
+    j["attention_bias"] = false;
+    const MoeConfig& e = c.moe;
+    j["first_k_dense_replace"] = e.num_experts > 0 ? e.first_dense_layers : c.num_layers;
+    j["n_routed_experts"] = e.num_experts;
+    j["n_shared_experts"] = e.num_shared_experts;
+    j["num_experts_per_tok"] = e.experts_per_token;
+    j["moe_intermediate_size"] = e.expert_intermediate_size;
+    j["n_group"] = e.num_groups;
+    j["topk_group"] = e.topk_groups;
+    j["routed_scaling_factor"] = ShortestDouble(e.routed_scaling_factor);
+    j["norm_topk_prob"] = e.norm_topk_prob;
+    j["num_nextn_predict_layers"] = c.num_mtp_layers;
+  }
   if (mistral) j["sliding_window"] = nullptr;
   if (qwen2 || qwen3) {
     j["use_sliding_window"] = false;

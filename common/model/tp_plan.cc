@@ -1,6 +1,7 @@
 #include "common/model/tp_plan.h"
 
 #include <algorithm>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -26,6 +27,10 @@ std::vector<std::pair<int, int>> SplitEvenly(int total, int parts, int unit) {
 
 }  // namespace
 
+std::pair<int, int> TpRankPlan::MlpColumns(int width) const {
+  return SplitEvenly(width, world_size, kMlpSplitUnit)[rank];
+}
+
 int TpPlan::max_vocab_slice() const {
   int most = 0;
   for (const TpRankPlan& r : ranks) most = std::max(most, r.vocab_size());
@@ -50,12 +55,13 @@ absl::StatusOr<TpPlan> MakeTpPlan(const ModelConfig& config, int tp) {
   const auto vocab = SplitEvenly(config.vocab_size, tp, 1);
   for (int r = 0; r < tp; ++r) {
     TpRankPlan p;
+    p.rank = r;
+    p.world_size = tp;
     p.q_head_begin = heads[r].first;
     p.q_head_end = heads[r].second;
     p.kv_head_begin = p.q_head_begin / plan.group_size;
     p.kv_head_end = (p.q_head_end - 1) / plan.group_size + 1;
-    p.mlp_begin = mlp[r].first;
-    p.mlp_end = mlp[r].second;
+    std::tie(p.mlp_begin, p.mlp_end) = mlp[r];
     p.vocab_begin = vocab[r].first;
     p.vocab_end = vocab[r].second;
     plan.ranks.push_back(p);

@@ -69,22 +69,35 @@ absl::Status ValidateWeightShapes(const ModelConfig& config, const ModelWeights&
   return status;
 }
 
-TpSlice TpSliceOf(const ModelConfig& config, SlotKind kind, const TpRankPlan& p) {
-  const int64_t d = config.head_dim;
+TpSlice TpSliceOf(const ModelConfig& config, SlotKind kind, absl::Span<const int64_t> shape,
+                  const TpRankPlan& p) {
   using Axis = TpSlice::Axis;
+  // A head's width from the slot itself: q_proj's rows are heads × head_dim, MLA's kv_b_proj's
+  // heads × (nope + v), its o_proj's columns heads × v_head_dim.
+  const int64_t out = shape.empty() ? 0 : shape[0], in = shape.size() == 2 ? shape[1] : 0;
   switch (kind) {
     case SlotKind::kVocab:
       return {Axis::kRows, p.vocab_begin, p.vocab_end};
-    case SlotKind::kQHeads:
+    case SlotKind::kQHeads: {
+      const int64_t d = out / config.num_q_heads;
       return {Axis::kRows, p.q_head_begin * d, p.q_head_end * d};
-    case SlotKind::kKvHeads:
+    }
+    case SlotKind::kKvHeads: {
+      const int64_t d = out / config.num_kv_heads;
       return {Axis::kRows, p.kv_head_begin * d, p.kv_head_end * d};
-    case SlotKind::kQHeadsIn:
+    }
+    case SlotKind::kQHeadsIn: {
+      const int64_t d = in / config.num_q_heads;
       return {Axis::kColumns, p.q_head_begin * d, p.q_head_end * d};
-    case SlotKind::kMlpOut:
-      return {Axis::kRows, p.mlp_begin, p.mlp_end};
-    case SlotKind::kMlpIn:
-      return {Axis::kColumns, p.mlp_begin, p.mlp_end};
+    }
+    case SlotKind::kMlpOut: {
+      const auto [begin, end] = p.MlpColumns(static_cast<int>(out));
+      return {Axis::kRows, begin, end};
+    }
+    case SlotKind::kMlpIn: {
+      const auto [begin, end] = p.MlpColumns(static_cast<int>(in));
+      return {Axis::kColumns, begin, end};
+    }
     case SlotKind::kNorm:
     case SlotKind::kWhole:
       break;
@@ -107,7 +120,7 @@ absl::StatusOr<ModelWeights> ShardWeights(const ModelConfig& config, const Model
   ForEachTensor(config, shard, [&](TensorSlot& slot) {
     const Tensor& t = *source[index++];
     if (!slot.present) return;
-    const TpSlice slice = TpSliceOf(config, slot.kind, p);
+    const TpSlice slice = TpSliceOf(config, slot.kind, slot.shape, p);
     switch (slice.axis) {
       case TpSlice::Axis::kRows:
         *slot.tensor = CopyRows(t, slice.begin, slice.end);

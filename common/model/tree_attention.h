@@ -29,17 +29,26 @@ struct TreeAttentionScratch {
   std::vector<const float*> v_rows;  // [attended slots]
 };
 
+// Which cached entries a rank's query heads read, and how wide they are.
+struct AttentionHeads {
+  absl::Span<const int> kv_head_of_q;  // [num_q_heads] the pool head each q head reads
+  int key_dim = 0;    // per head: q and K (K of pool head g at [g·key_dim, (g+1)·key_dim))
+  int value_dim = 0;  // per head: V and out (V of pool head g at [g·value_dim, ...))
+  // MLA's latent cache: a head's values are the first value_dim of its key entry (c_kv);
+  // the layer caches no V.
+  bool values_in_keys = false;
+};
+
 // out = softmax(q·Kᵀ * scale) · V for the query nodes of `seq` in layer `layer` of `pool`.
-//   q    [num_queries, num_q_heads, head_dim]   num_queries = n - first_query
-//   out  [num_queries, num_q_heads, head_dim]
-//   kv_head_of_q [num_q_heads]: the pool KV head each q head reads (GQA; a rank's local index)
+//   q    [num_queries, num_q_heads, key_dim]     num_queries = n - first_query
+//   out  [num_queries, num_q_heads, value_dim]
 // Query node i, head h, attends to the slots S(i) = [0, L) ∪ {L + j : bit j of row i}, in
 // increasing slot order: scores s = (q·k) * scale (DotRows: MatMul's lane order),
 // p = softmax(s) (two passes: max, then exp and an fp32 sum in slot order), out = Σ p_s v_s
 // accumulated in slot order (WeightedSumRows). A chain (causal) tree therefore gives
 // bit-identical rows to decoding one token at a time.
 void TreeAttention(const KvPool& pool, int layer, int page_size, const TreeAttentionSeq& seq,
-                   absl::Span<const int> kv_head_of_q, float scale, const float* q, float* out,
+                   const AttentionHeads& heads, float scale, const float* q, float* out,
                    TreeAttentionScratch* scratch);
 
 }  // namespace treespec

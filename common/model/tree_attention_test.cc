@@ -57,6 +57,7 @@ struct Fixture {
 
 // GQA: q heads 0-2 read KV head 0, 3-5 KV head 1.
 const std::vector<int> kKvHeadOfQ = {0, 0, 0, 1, 1, 1};
+const AttentionHeads kHeads{kKvHeadOfQ, kHeadDim, kHeadDim};
 
 std::vector<int32_t> RandomParents(std::mt19937& rng, int n) {
   std::vector<int32_t> parents(n);
@@ -76,7 +77,7 @@ void CheckAgainstDense(Fixture& f, int L, const std::vector<int32_t>& parents, i
   TreeAttentionScratch scratch;
   const float scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
   const int layer = 1;
-  TreeAttention(f.pool, layer, kPageSize, {f.pages, L, n, first_query, mask}, kKvHeadOfQ, scale,
+  TreeAttention(f.pool, layer, kPageSize, {f.pages, L, n, first_query, mask}, kHeads, scale,
                 q.data(), out.data(), &scratch);
 
   std::vector<std::vector<bool>> sees(n, std::vector<bool>(n, false));
@@ -154,12 +155,12 @@ TEST(TreeAttentionTest, ChainEqualsCausalDecodeBitwise) {
   std::vector<float> out(q.size());
   TreeAttentionScratch scratch;
   const float scale = 0.25f;
-  TreeAttention(f.pool, 0, kPageSize, {f.pages, L, n, 0, mask}, kKvHeadOfQ, scale, q.data(),
-                out.data(), &scratch);
+  TreeAttention(f.pool, 0, kPageSize, {f.pages, L, n, 0, mask}, kHeads, scale, q.data(), out.data(),
+                &scratch);
   const std::vector<uint64_t> one = AncestorMask(std::vector<int32_t>{-1});
   for (int i = 0; i < n; ++i) {
     std::vector<float> single(row, std::numeric_limits<float>::quiet_NaN());
-    TreeAttention(f.pool, 0, kPageSize, {f.pages, L + i, 1, 0, one}, kKvHeadOfQ, scale,
+    TreeAttention(f.pool, 0, kPageSize, {f.pages, L + i, 1, 0, one}, kHeads, scale,
                   q.data() + i * row, single.data(), &scratch);
     ASSERT_EQ(std::memcmp(single.data(), out.data() + i * row, row * sizeof(float)), 0)
         << "node " << i;

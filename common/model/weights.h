@@ -1,5 +1,6 @@
-// Weights of a Llama-family decoder, fp32 on the host, in Hugging Face layout
-// ([out_features, in_features] for every projection). Loaded from safetensors, sharded for TP.
+// Weights of a decoder (the Llama family, the DeepSeek-V3 family), fp32 on the host, in Hugging
+// Face layout ([out_features, in_features] for every projection). Loaded from safetensors,
+// sharded for TP.
 #ifndef TREESPEC_COMMON_MODEL_WEIGHTS_H_
 #define TREESPEC_COMMON_MODEL_WEIGHTS_H_
 
@@ -26,19 +27,44 @@ struct GqaWeights {
   Tensor wo;      // [hidden, q_heads * head_dim]
 };
 
-// A dense gated MLP (MlpKind::kDense), under "mlp.".
+// A multi-head latent attention block (AttentionKind::kMla), under "self_attn.". H query heads;
+// qk = qk_nope_head_dim + qk_rope_head_dim, each head's query is [nope part, rope part].
+struct MlaWeights {
+  Tensor wq;         // [H * qk, hidden]       q_proj (q_lora_rank == 0 only)
+  Tensor wq_a;       // [q_lora_rank, hidden]  q_a_proj (q_lora_rank > 0 only)
+  Tensor q_a_norm;   // [q_lora_rank]          q_a_layernorm
+  Tensor wq_b;       // [H * qk, q_lora_rank]  q_b_proj
+  Tensor wkv_a;      // [kv_lora_rank + qk_rope_head_dim, hidden]  kv_a_proj_with_mqa
+  Tensor kv_a_norm;  // [kv_lora_rank]         kv_a_layernorm
+  Tensor wkv_b;      // [H * (qk_nope_head_dim + v_head_dim), kv_lora_rank]  kv_b_proj:
+                     //   per head qk_nope_head_dim key rows (W_uk), then v_head_dim value rows
+  Tensor wo;         // [hidden, H * v_head_dim]
+};
+
+// A dense gated MLP (MlpKind::kDense), under "mlp."; also each expert of a MoE MLP.
 struct DenseMlpWeights {
   Tensor w_gate;  // [intermediate, hidden]
   Tensor w_up;    // [intermediate, hidden]
   Tensor w_down;  // [hidden, intermediate]
 };
 
+// A mixture-of-experts MLP (MlpKind::kMoe), under "mlp.": E routed experts of width
+// moe_intermediate_size and the shared experts as one MLP of width that × n_shared_experts.
+struct MoeWeights {
+  Tensor router;                         // [E, hidden]  gate.weight
+  Tensor score_bias;                     // [E]          gate.e_score_correction_bias
+  std::vector<DenseMlpWeights> experts;  // [E]          experts.{e}.*
+  DenseMlpWeights shared;                // shared_experts.* ([0, hidden] when none)
+};
+
 // One decoder layer: the blocks its LayerSpec names hold tensors, the others stay empty.
 struct LayerWeights {
   Tensor input_norm;  // [hidden]
   GqaWeights gqa;
+  MlaWeights mla;
   Tensor post_norm;  // [hidden]  (post_attention_layernorm)
   DenseMlpWeights mlp;
+  MoeWeights moe;
 };
 
 struct ModelWeights {

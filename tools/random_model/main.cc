@@ -1,5 +1,7 @@
-// Writes a random-weight Llama-family checkpoint in Hugging Face layout, e.g.
+// Writes a random-weight checkpoint in Hugging Face layout, e.g.
 //   treespec-random-model --arch=qwen3 --layers=2 --hidden=64 --dtype=bf16 --shards=2 --out=/tmp/m
+//   treespec-random-model --arch=deepseek_v3 --layers=3 --experts=8 --expert_groups=4 \
+//       --topk_groups=2 --rope_scaling=yarn:4 --yarn_mscale=1 --yarn_mscale_all_dim=1 --out=/tmp/d
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -18,7 +20,7 @@
 #include "common/model/config.h"
 #include "common/model/random_model.h"
 
-ABSL_FLAG(std::string, arch, "llama", "llama | mistral | qwen2 | qwen3");
+ABSL_FLAG(std::string, arch, "llama", "llama | mistral | qwen2 | qwen3 | deepseek_v3");
 ABSL_FLAG(int, vocab, 512, "vocabulary size");
 ABSL_FLAG(int, hidden, 64, "hidden size");
 ABSL_FLAG(int, intermediate, 176, "MLP intermediate size");
@@ -29,7 +31,27 @@ ABSL_FLAG(int, head_dim, 0, "head dimension; 0: hidden / heads");
 ABSL_FLAG(int, context, 2048, "max_position_embeddings");
 ABSL_FLAG(double, rope_theta, 10000.0, "RoPE base");
 ABSL_FLAG(std::string, rope_scaling, "none", "none | linear:F | llama3:F | yarn:F");
+ABSL_FLAG(double, yarn_mscale, 0.0,
+          "yarn only: DeepSeek's mscale (with --yarn_mscale_all_dim; 0: write attention_factor)");
+ABSL_FLAG(double, yarn_mscale_all_dim, 0.0, "yarn only: DeepSeek's mscale_all_dim");
 ABSL_FLAG(bool, tied, false, "tie lm_head to the embedding");
+// deepseek_v3 only (MLA attention, MoE MLPs); --heads sets the query heads, --intermediate the
+// dense layers' MLP; --kv_heads and --head_dim are not used.
+ABSL_FLAG(int, q_lora_rank, 0, "deepseek_v3: query LoRA rank (0: a direct q_proj)");
+ABSL_FLAG(int, kv_lora_rank, 32, "deepseek_v3: width of the KV latent");
+ABSL_FLAG(int, qk_nope_head_dim, 16, "deepseek_v3: per-head key part without RoPE");
+ABSL_FLAG(int, qk_rope_head_dim, 8, "deepseek_v3: shared rotary key part");
+ABSL_FLAG(int, v_head_dim, 16, "deepseek_v3: per-head value width");
+ABSL_FLAG(bool, rope_interleave, true, "deepseek_v3: interleaved rotary layout");
+ABSL_FLAG(int, experts, 8, "deepseek_v3: routed experts (n_routed_experts)");
+ABSL_FLAG(int, shared_experts, 1, "deepseek_v3: n_shared_experts (0: none)");
+ABSL_FLAG(int, experts_per_tok, 2, "deepseek_v3: experts per token");
+ABSL_FLAG(int, expert_groups, 1, "deepseek_v3: n_group");
+ABSL_FLAG(int, topk_groups, 1, "deepseek_v3: topk_group");
+ABSL_FLAG(int, moe_intermediate, 32, "deepseek_v3: each expert's MLP width");
+ABSL_FLAG(int, first_dense, 1, "deepseek_v3: first_k_dense_replace (dense layers first)");
+ABSL_FLAG(double, routed_scaling, 2.5, "deepseek_v3: routed_scaling_factor");
+ABSL_FLAG(bool, norm_topk_prob, true, "deepseek_v3: normalize the chosen experts' weights");
 ABSL_FLAG(int, bos, -1, "bos_token_id (-1: none)");
 ABSL_FLAG(std::string, eos, "", "eos_token_id, comma-separated (empty: none)");
 ABSL_FLAG(std::string, dtype, "f32", "f32 | bf16 | f16");
@@ -42,6 +64,30 @@ ABSL_FLAG(std::string, out, "", "output directory (required)");
 namespace treespec {
 namespace {
 
+// MLA and MoE from the deepseek_v3 flags; WriteRandomModel's re-parse checks them.
+void SetDeepseekFromFlags(ModelConfig& c) {
+  c.attention = AttentionKind::kMla;
+  c.num_kv_heads = c.num_q_heads;
+  MlaConfig& m = c.mla;
+  m.q_lora_rank = absl::GetFlag(FLAGS_q_lora_rank);
+  m.kv_lora_rank = absl::GetFlag(FLAGS_kv_lora_rank);
+  m.qk_nope_head_dim = absl::GetFlag(FLAGS_qk_nope_head_dim);
+  m.qk_rope_head_dim = absl::GetFlag(FLAGS_qk_rope_head_dim);
+  m.v_head_dim = absl::GetFlag(FLAGS_v_head_dim);
+  m.rope_interleave = absl::GetFlag(FLAGS_rope_interleave);
+  c.head_dim = m.qk_rope_head_dim;
+  MoeConfig& e = c.moe;
+  e.num_experts = absl::GetFlag(FLAGS_experts);
+  e.num_shared_experts = absl::GetFlag(FLAGS_shared_experts);
+  e.experts_per_token = absl::GetFlag(FLAGS_experts_per_tok);
+  e.num_groups = absl::GetFlag(FLAGS_expert_groups);
+  e.topk_groups = absl::GetFlag(FLAGS_topk_groups);
+  e.expert_intermediate_size = absl::GetFlag(FLAGS_moe_intermediate);
+  e.first_dense_layers = absl::GetFlag(FLAGS_first_dense);
+  e.routed_scaling_factor = static_cast<float>(absl::GetFlag(FLAGS_routed_scaling));
+  e.norm_topk_prob = absl::GetFlag(FLAGS_norm_topk_prob);
+}
+
 absl::StatusOr<ModelConfig> ConfigFromFlags() {
   ModelConfig c;
   const std::string arch = absl::GetFlag(FLAGS_arch);
@@ -53,6 +99,8 @@ absl::StatusOr<ModelConfig> ConfigFromFlags() {
     c.architecture = "Qwen2ForCausalLM";
   } else if (arch == "qwen3") {
     c.architecture = "Qwen3ForCausalLM";
+  } else if (arch == "deepseek_v3") {
+    c.architecture = "DeepseekV3ForCausalLM";
   } else {
     return absl::InvalidArgumentError(absl::StrCat("--arch: unknown '", arch, "'"));
   }
@@ -97,12 +145,15 @@ absl::StatusOr<ModelConfig> ConfigFromFlags() {
     } else if (parts[0] == "yarn") {
       rs.type = RopeScaling::Type::kYarn;
       rs.original_max_position_embeddings = original;
+      rs.mscale = static_cast<float>(absl::GetFlag(FLAGS_yarn_mscale));
+      rs.mscale_all_dim = static_cast<float>(absl::GetFlag(FLAGS_yarn_mscale_all_dim));
       rs.attention_factor = 0.1f * std::log(factor) + 1.0f;
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("--rope_scaling: unknown type '", parts[0], "'"));
     }
   }
+  if (arch == "deepseek_v3") SetDeepseekFromFlags(c);
   return c;
 }
 
@@ -149,7 +200,8 @@ int Main() {
 }  // namespace treespec
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Writes a random-weight Hugging Face Llama-family checkpoint.");
+  absl::SetProgramUsageMessage(
+      "Writes a random-weight Hugging Face checkpoint (Llama family or DeepSeek-V3).");
   absl::FlagsUsageConfig usage;
   usage.contains_help_flags = [](absl::string_view path) {
     return absl::EndsWith(path, "random_model/main.cc");

@@ -1,6 +1,7 @@
 // Runs the treespec-random-model binary and loads what it wrote.
 #include <sys/wait.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -64,7 +65,35 @@ TEST_F(RandomModelToolTest, WritesALoadableModel) {
   }
 }
 
+TEST_F(RandomModelToolTest, WritesADeepseekV3Model) {
+  ASSERT_EQ(Run("--arch=deepseek_v3 --vocab=64 --hidden=32 --intermediate=48 --layers=3 "
+                "--heads=4 --q_lora_rank=24 --kv_lora_rank=20 --qk_nope_head_dim=12 "
+                "--qk_rope_head_dim=6 --v_head_dim=10 --experts=6 --shared_experts=2 "
+                "--experts_per_tok=2 --expert_groups=3 --topk_groups=2 --moe_intermediate=16 "
+                "--first_dense=1 --routed_scaling=2 --rope_scaling=yarn:4 --yarn_mscale=1 "
+                "--yarn_mscale_all_dim=0.5 --out=" +
+                dir_),
+            0);
+  absl::StatusOr<ModelConfig> c = LoadModelConfig(dir_);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "DeepseekV3ForCausalLM");
+  EXPECT_EQ(c->attention, AttentionKind::kMla);
+  EXPECT_EQ(c->mla.q_lora_rank, 24);
+  EXPECT_EQ(c->mla.latent_width(), 26);
+  EXPECT_EQ(c->moe.num_experts, 6);
+  EXPECT_EQ(c->moe.num_shared_experts, 2);
+  EXPECT_EQ(c->moe.num_groups, 3);
+  EXPECT_FLOAT_EQ(c->moe.routed_scaling_factor, 2.0f);
+  EXPECT_FLOAT_EQ(c->rope_scaling.mscale_all_dim, 0.5f);
+  const double m = YarnMscale(4.0, 0.5);
+  EXPECT_FLOAT_EQ(c->mla.softmax_scale, static_cast<float>(m * m / std::sqrt(18.0)));
+  absl::StatusOr<ModelWeights> w = LoadModelWeights(dir_, *c);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->layers[2].moe.experts.size(), 6u);
+}
+
 TEST_F(RandomModelToolTest, RejectsBadFlags) {
+  EXPECT_NE(Run("--arch=deepseek_v3 --experts=6 --expert_groups=4 --out=" + dir_), 0);
   EXPECT_NE(Run("--arch=gpt2 --out=" + dir_), 0);
   EXPECT_NE(Run("--heads=4 --kv_heads=3 --out=" + dir_), 0);
   EXPECT_NE(Run("--rope_scaling=dynamic:2 --out=" + dir_), 0);
