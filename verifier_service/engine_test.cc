@@ -227,6 +227,54 @@ TEST_F(EngineTest, DraftModelSpeculationMatchesPlainChainAndTree) {
   }
 }
 
+// An MLA + MoE target (DeepSeek-V3's blocks): speculation with the ngram drafter and with the
+// target drafting for itself (its latent KV cache on both sides) equals speculation off, greedy
+// and sampled; self-drafting's greedy chain is accepted whole.
+TEST_F(EngineTest, MlaMoeTargetSpeculationMatchesPlain) {
+  ModelConfig config = testing::SmallDeepseekConfig();
+  config.max_position_embeddings = 512;
+  const std::string dir = testing::WriteTempModel(config, 11);
+  ASSERT_FALSE(dir.empty());
+  LmOptions lm;
+  lm.max_batch = 4;
+  auto target = LoadCpuCausalLm(dir, lm);
+  ASSERT_TRUE(target.ok()) << target.status();
+  auto self = LoadCpuCausalLm(dir, lm);
+  ASSERT_TRUE(self.ok()) << self.status();
+  std::filesystem::remove_all(dir);
+  DraftModelOptions self_options;
+  self_options.shape = DraftShape::kChain;
+  DraftModelDrafterFactory self_factory(*std::move(self), self_options);
+  NgramDrafterFactory ngram_factory{NgramOptions()};
+  LocalDraftSource self_drafts(&self_factory), ngram_drafts(&ngram_factory);
+  const struct {
+    DraftSource* drafts;
+    DrafterKind kind;
+  } drafters[] = {{&ngram_drafts, DrafterKind::kNgram}, {&self_drafts, DrafterKind::kDraftModel}};
+  for (const auto& d : drafters) {
+    for (float temperature : {0.0f, 0.8f}) {
+      GenerationRequest r = Request(Prompt(4), SpecMode::Of(d.kind), 32);
+      r.sampling.temperature = temperature;
+      r.sampling.seed = 77;
+      r.spec.tree_budget = 8;
+      r.spec.max_depth = 6;
+      Engine plain_engine(target->get(), nullptr, nullptr, EngineOptions());
+      GenerationRequest off = r;
+      off.spec_mode = SpecMode::Off();
+      const GenerationUpdate plain = RunToEnd(plain_engine, off);
+      ASSERT_TRUE(plain.status.ok()) << plain.status;
+      Engine engine(target->get(), nullptr, d.drafts, EngineOptions());
+      const GenerationUpdate spec = RunToEnd(engine, r);
+      ASSERT_TRUE(spec.status.ok()) << spec.status;
+      EXPECT_THAT(spec.token_ids, ElementsAreArray(plain.token_ids))
+          << DrafterKindName(d.kind) << " temperature " << temperature;
+      if (d.kind == DrafterKind::kDraftModel && temperature == 0.0f) {
+        EXPECT_GT(spec.stats.MeanAcceptanceLength(), 4.0);
+      }
+    }
+  }
+}
+
 // A step-cost model is scored against every verify step and refreshed from it: one that
 // predicts a second per step sees every step far faster (the lowest ratio bucket) and moves its
 // predictions down as steps are observed; the output is the same as without one.
@@ -387,7 +435,8 @@ TEST_F(EngineTest, AGatedRequestOpensItsDraftSessionOnlyWhenItsContextIsDue) {
     pool.default_kind = kind;
     if (features) pool.feature_needs = {{kind, reads}};
     // Trees 100 ms late: after its tree epoch the gate keeps load 1 plain.
-    DelayedDraftSource slow(&recording, [](int64_t) { return absl::Milliseconds(100); }, pool);
+    DelayedDraftSource slow(
+        &recording, [](int64_t) { return absl::Milliseconds(100); }, pool);
     EngineOptions options;
     options.step_cost = LinearStepCost(0);
     options.draft_timeout = absl::Seconds(2);
@@ -396,8 +445,7 @@ TEST_F(EngineTest, AGatedRequestOpensItsDraftSessionOnlyWhenItsContextIsDue) {
     teach.spec.max_depth = 2;
     ASSERT_TRUE(RunToEnd(engine, teach).status.ok());
     ASSERT_EQ(slow.opened(), 1);
-    ASSERT_GT(engine.Snapshot().step_cost->Of(std::nullopt).auto_plain_steps, 0)
-        << "auto sessions";
+    ASSERT_GT(engine.Snapshot().step_cost->Of(std::nullopt).auto_plain_steps, 0) << "auto sessions";
 
     GenerationRequest shorter =
         Request(Prompt(4), SpecMode::Auto(), Engine::kMaxDeferredTokens - 1);
