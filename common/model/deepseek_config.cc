@@ -75,7 +75,12 @@ absl::Status ParseMla(const FieldReader& r, ModelConfig& c) {
       }
     }
   }
-  m.softmax_scale = static_cast<float>(scale);
+  // An extreme factor or mscale_all_dim can take the squared correction out of float range.
+  ASSIGN_OR_RETURN(m.softmax_scale, config_fields::AsFloat("rope_scaling.mscale_all_dim", scale));
+  if (!(m.softmax_scale > 0.0f)) {
+    return Invalid("rope_scaling.mscale_all_dim",
+                   absl::StrCat("gives a softmax scale of ", scale, "; it must be positive"));
+  }
   c.attention = AttentionKind::kMla;
   return absl::OkStatus();
 }

@@ -48,6 +48,34 @@ void CheckConfig(const ModelConfig& c) {
     FUZZ_CHECK(std::isfinite(rs.beta_fast) && rs.beta_fast > 0, rope);
     FUZZ_CHECK(std::isfinite(rs.beta_slow) && rs.beta_slow > 0, rope);
   }
+  if (c.attention == AttentionKind::kMla) {
+    const MlaConfig& m = c.mla;
+    const std::string mla = absl::StrCat("q_lora ", m.q_lora_rank, " kv_lora ", m.kv_lora_rank,
+                                         " nope ", m.qk_nope_head_dim, " rope ", m.qk_rope_head_dim,
+                                         " v ", m.v_head_dim, " scale ", m.softmax_scale);
+    FUZZ_CHECK(m.q_lora_rank >= 0 && m.kv_lora_rank > 0 && m.qk_nope_head_dim > 0 &&
+                   m.v_head_dim > 0 && m.qk_rope_head_dim == c.head_dim,
+               mla);
+    FUZZ_CHECK(c.num_kv_heads == c.num_q_heads, mla);
+    FUZZ_CHECK(std::isfinite(m.softmax_scale) && m.softmax_scale > 0, mla);
+  }
+  if (c.moe.num_experts > 0) {
+    const MoeConfig& e = c.moe;
+    const std::string moe = absl::StrCat(
+        "experts ", e.num_experts, " groups ", e.num_groups, "/", e.topk_groups, " per token ",
+        e.experts_per_token, " width ", e.expert_intermediate_size, " dense ",
+        e.first_dense_layers, " scaling ", e.routed_scaling_factor);
+    FUZZ_CHECK(e.num_groups > 0 && e.num_experts % e.num_groups == 0 &&
+                   e.num_experts / e.num_groups >= 2,
+               moe);
+    FUZZ_CHECK(e.topk_groups > 0 && e.topk_groups <= e.num_groups, moe);
+    FUZZ_CHECK(e.experts_per_token > 0 &&
+                   e.experts_per_token <= e.topk_groups * (e.num_experts / e.num_groups),
+               moe);
+    FUZZ_CHECK(e.expert_intermediate_size > 0 && e.num_shared_experts >= 0, moe);
+    FUZZ_CHECK(e.first_dense_layers < c.num_layers, moe);
+    FUZZ_CHECK(std::isfinite(e.routed_scaling_factor) && e.routed_scaling_factor > 0, moe);
+  }
   // head_dim may legitimately be up to 2^30; the table is head_dim / 2 doubles, so only
   // compute it for sizes a fuzzing process can hold.
   if (c.head_dim > (1 << 16)) return;
