@@ -104,14 +104,49 @@ def greedy(model, prompt: list[int], n: int):
     return ids[len(prompt):], margins, first
 
 
+def references(name: str, rel: str, d: str, lengths: list[int], seed: int, args) -> dict:
+    """Greedy continuations of random prompts on the checkpoint in `d`, as stored and reloaded
+    (what the C++ loader reads too)."""
+    import safetensors
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    names = set()
+    for f in sorted(os.listdir(d)):
+        if f.endswith(".safetensors"):
+            with safetensors.safe_open(os.path.join(d, f), "pt") as fh:
+                names.update(fh.keys())
+    fused = any(n.endswith("mlp.experts.gate_up_proj") for n in names)
+    with open(os.path.join(d, "config.json")) as fh:
+        cfg = json.load(fh)
+    stored = cfg.get("dtype") or cfg.get("torch_dtype")
+    ref = AutoModelForCausalLM.from_pretrained(d, attn_implementation="eager").float().eval()
+    vocab = ref.config.vocab_size
+    gen = torch.Generator().manual_seed(seed)
+    cases = []
+    for n in lengths:
+        prompt = torch.randint(3, vocab, (n,), generator=gen).tolist()
+        ids, margins, first = greedy(ref, prompt, args.new_tokens)
+        cases.append({"prompt_ids": prompt, "greedy_ids": ids,
+                      "margins": [float(f"{m:.6g}") for m in margins],
+                      "first_logits": [float(f"{v:.6g}") for v in first.tolist()]})
+    print(f"{name}: {len(names)} tensors ({'fused' if fused else 'per-expert'} experts), "
+          f"min margin {min(min(c['margins']) for c in cases):.3g}")
+    return {"name": name, "dir": rel, "fused_experts": fused, "architecture": type(ref).__name__,
+            "stored_dtype": stored, "vocab_size": vocab,
+            "cases": cases}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=".", help="repository root to write tests/data under")
     ap.add_argument("--new_tokens", type=int, default=24)
     ap.add_argument("--seed", type=int, default=35)
+    ap.add_argument("--existing", action="append", default=[],
+                    help="a checkpoint already under --out (e.g. models/tiny-mla-moe) to write "
+                         "references for too, as stored; repeatable")
     args = ap.parse_args()
 
-    import safetensors
     import torch
     import transformers
     from transformers import AutoModelForCausalLM, DeepseekV3Config
@@ -130,28 +165,10 @@ def main() -> int:
         save_pretrained_safetensors(model, d)
         finalize_config_json(d, model.config, dtype="bfloat16", rope_theta=theta,
                              rope_scaling=scaling)
-        names = set()
-        for f in sorted(os.listdir(d)):
-            if f.endswith(".safetensors"):
-                with safetensors.safe_open(os.path.join(d, f), "pt") as fh:
-                    names.update(fh.keys())
-        fused = any(n.endswith("mlp.experts.gate_up_proj") for n in names)
-
-        # The reference runs on the checkpoint as stored, reloaded: the C++ loader sees the same.
-        ref = AutoModelForCausalLM.from_pretrained(d, attn_implementation="eager").float().eval()
-        gen = torch.Generator().manual_seed(1000 + i)
-        cases = []
-        for n in lengths:
-            prompt = torch.randint(3, VOCAB, (n,), generator=gen).tolist()
-            ids, margins, first = greedy(ref, prompt, args.new_tokens)
-            cases.append({"prompt_ids": prompt, "greedy_ids": ids,
-                          "margins": [float(f"{m:.6g}") for m in margins],
-                          "first_logits": [float(f"{v:.6g}") for v in first.tolist()]})
-        print(f"{name}: {len(names)} tensors ({'fused' if fused else 'per-expert'} experts), "
-              f"min margin {min(min(c['margins']) for c in cases):.3g}")
-        models.append({"name": name, "dir": f"models/{name}", "fused_experts": fused,
-                       "architecture": type(ref).__name__, "stored_dtype": "bfloat16",
-                       "vocab_size": VOCAB, "cases": cases})
+        models.append(references(name, f"models/{name}", d, lengths, 1000 + i, args))
+    for rel in args.existing:
+        models.append(references(os.path.basename(rel.rstrip("/")), rel,
+                                 os.path.join(args.out, rel), [1, 16, 64], 2000, args))
 
     out = {
         "generator": {"transformers": transformers.__version__, "torch": torch.__version__,

@@ -127,10 +127,11 @@ def count_params(model) -> int:
 
 
 def train_model(model, data, args, minutes: float, peak_lr: float, seed: int, name: str,
-                teacher=None):
+                teacher=None, after_step=None):
     """Trains on random windows of `data` (int32 tensor on the GPU) for `minutes` of wall clock.
     The learning rate warms up linearly for warmup_steps, then follows a cosine over the elapsed
-    fraction of the time budget down to 10 % of the peak."""
+    fraction of the time budget down to 10 % of the peak. `after_step()`, when given, runs after
+    every optimizer step (updates outside the gradient, e.g. router biases)."""
     import torch
     import torch.nn.functional as F
 
@@ -186,6 +187,8 @@ def train_model(model, data, args, minutes: float, peak_lr: float, seed: int, na
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        if after_step is not None:
+            after_step()
         step += 1
         if step == 1:
             torch.cuda.synchronize()
