@@ -43,7 +43,8 @@ ABSL_FLAG(bool, random_weights, false,
           "on the GPU (a real model's shape without its checkpoint; mode REPLAY gives it a set "
           "acceptance)");
 ABSL_FLAG(std::string, tokenizer, "",
-          "tokenizer.json path; empty = <model>/tokenizer.json if present; none = ids only");
+          "tokenizer.json path; empty = the model's own (its tokenizer.json, or Kimi-K2's "
+          "tiktoken.model) if present; none = ids only");
 ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on");
 ABSL_FLAG(int, port, 50051, "port to listen on; 0 picks a free one (printed at start)");
 ABSL_FLAG(std::string, drafter, "", "gRPC target of the drafter pool; empty = no speculation");
@@ -164,21 +165,19 @@ absl::StatusOr<Loaded> Load(const treespec::EngineOptions& opts) {
                         absl::StrCat("cannot load model: ", model.status().ToString()));
   }
   l.model = *std::move(model);
-  std::string tok_path = absl::GetFlag(FLAGS_tokenizer);
-  if (tok_path.empty() && std::filesystem::exists(model_dir + "/tokenizer.json")) {
-    tok_path = model_dir + "/tokenizer.json";
-  }
-  if (!tok_path.empty() && tok_path != "none") {
-    auto loaded = treespec::LoadTokenizer(tok_path);
-    if (!loaded.ok()) {
+  const std::string tok_path = absl::GetFlag(FLAGS_tokenizer);
+  if (tok_path != "none") {
+    auto loaded = tok_path.empty() ? treespec::LoadModelTokenizer(model_dir)
+                                   : treespec::LoadTokenizer(tok_path);
+    if (loaded.ok()) {
+      l.tokenizer = *std::move(loaded);
+    } else if (!tok_path.empty() || !absl::IsNotFound(loaded.status())) {
       return absl::Status(loaded.status().code(),
                           absl::StrCat("cannot load tokenizer: ", loaded.status().ToString(),
                                        " (--tokenizer=none serves token ids only)"));
     }
-    l.tokenizer = *std::move(loaded);
-  } else {
-    TS_LOG(kWarning, "no tokenizer: serving token ids only");
   }
+  if (l.tokenizer == nullptr) TS_LOG(kWarning, "no tokenizer: serving token ids only");
   if (!absl::GetFlag(FLAGS_drafter).empty()) {
     auto credentials =
         treespec::MakeChannelCredentials({.cert = absl::GetFlag(FLAGS_drafter_tls_cert),

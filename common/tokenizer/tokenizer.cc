@@ -7,6 +7,7 @@
 #include "common/tokenizer/tokenizer.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -22,6 +23,8 @@
 #include "common/tokenizer/bpe.h"
 #include "common/tokenizer/byte_level.h"
 #include "common/tokenizer/pre_tokenizer.h"
+#include "common/tokenizer/tiktoken.h"
+#include "common/tokenizer/tokenizer_spec.h"
 #include "common/tokenizer/unicode.h"
 #include "common/tokenizer/utf8.h"
 #include "common/util/status_macros.h"
@@ -34,17 +37,6 @@ using Json = nlohmann::json;
 // Real vocabularies stay far below this (Llama 3: 128256, Qwen2: 151665). Nothing is sized by
 // the largest id (HfTokenizer::decoded_), so this only keeps ids sane, not memory bounded.
 constexpr int64_t kMaxId = int64_t{1} << 24;
-
-// Everything the loader extracts from the file; the tokenizer is built from it.
-struct TokenizerSpec {
-  absl::flat_hash_map<std::string, int32_t> vocab;  // token string (byte-level spelling) -> id
-  std::vector<std::pair<std::string, std::string>> merges;  // in rank order
-  BpeOptions bpe_options;
-  std::string unk_token;  // "" for none
-  std::vector<AddedToken> added_tokens;
-  bool nfc = false;
-  std::vector<PreTokenizerStep> pre_tokenizer;
-};
 
 // Field-checked access to the parsed JSON; every error names the file and the field.
 class SpecParser {
@@ -400,9 +392,11 @@ class HfTokenizer final : public Tokenizer {
   }
 
  private:
-  HfTokenizer(bool nfc, AddedTokenMatcher raw_matcher, AddedTokenMatcher normalized_matcher,
-              PreTokenizer pre_tokenizer, std::unique_ptr<const BpeModel> bpe)
+  HfTokenizer(bool nfc, TextChunking chunking, AddedTokenMatcher raw_matcher,
+              AddedTokenMatcher normalized_matcher, PreTokenizer pre_tokenizer,
+              std::unique_ptr<const BpeModel> bpe)
       : nfc_(nfc),
+        chunking_(chunking),
         raw_matcher_(std::move(raw_matcher)),
         normalized_matcher_(std::move(normalized_matcher)),
         pre_tokenizer_(std::move(pre_tokenizer)),
@@ -414,7 +408,12 @@ class HfTokenizer final : public Tokenizer {
   absl::Status EncodeSegment(std::string_view text, size_t max_tokens,
                              std::vector<int32_t>* ids) const;
 
+  // Encodes text that fits one chunk (TextChunking) from the raw added-token match on.
+  absl::Status EncodeChunk(std::string_view text, size_t max_tokens,
+                           std::vector<int32_t>* ids) const;
+
   const bool nfc_;
+  const TextChunking chunking_;
   const AddedTokenMatcher raw_matcher_;         // added tokens with normalized == false
   const AddedTokenMatcher normalized_matcher_;  // added tokens with normalized == true
   const PreTokenizer pre_tokenizer_;
@@ -493,7 +492,7 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Build(TokenizerSpec sp
 
   const bool nfc = spec.nfc;
   std::unique_ptr<HfTokenizer> tokenizer(
-      new HfTokenizer(nfc, AddedTokenMatcher(raw_patterns, raw_tokens),
+      new HfTokenizer(nfc, spec.chunking, AddedTokenMatcher(raw_patterns, raw_tokens),
                       AddedTokenMatcher(normalized_patterns, normalized_tokens),
                       PreTokenizer(std::move(spec.pre_tokenizer)),
                       std::make_unique<const BpeModel>(std::move(byte_vocab), std::move(merges),
@@ -573,19 +572,26 @@ absl::StatusOr<std::vector<int32_t>> HfTokenizer::EncodeAtMost(const std::string
   }
   std::vector<int32_t> ids;
   ids.reserve(std::min(text.size() / 3, max_tokens) + 1);
+  for (const std::string_view chunk : SplitIntoChunks(text, chunking_)) {
+    RETURN_IF_ERROR(EncodeChunk(chunk, max_tokens, &ids));
+  }
+  return ids;
+}
+
+absl::Status HfTokenizer::EncodeChunk(std::string_view text, size_t max_tokens,
+                                      std::vector<int32_t>* ids) const {
   std::vector<TextSegment> segments;
   raw_matcher_.Split(text, &segments);
   for (const TextSegment& segment : segments) {
     if (segment.token_id >= 0) {
-      ids.push_back(segment.token_id);
-      if (ids.size() > max_tokens) return TooManyTokens(max_tokens);
+      ids->push_back(segment.token_id);
+      if (ids->size() > max_tokens) return TooManyTokens(max_tokens);
     } else {
       RETURN_IF_ERROR(
-          EncodeSegment(std::string_view(text).substr(segment.begin, segment.end - segment.begin),
-                        max_tokens, &ids));
+          EncodeSegment(text.substr(segment.begin, segment.end - segment.begin), max_tokens, ids));
     }
   }
-  return ids;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> HfTokenizer::Decode(absl::Span<const int32_t> ids) const {
@@ -618,9 +624,54 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> ParseTokenizerJson(std::string_view j
     return absl::InvalidArgumentError(
         absl::StrCat(std::string(origin), ": not valid JSON: ", e.what()));
   }
+  return BuildTokenizer(std::move(spec), origin);
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> BuildTokenizer(TokenizerSpec spec,
+                                                          std::string_view origin) {
   ASSIGN_OR_RETURN(std::unique_ptr<HfTokenizer> tokenizer,
                    HfTokenizer::Build(std::move(spec), origin));
   return std::unique_ptr<Tokenizer>(std::move(tokenizer));
+}
+
+std::vector<std::string_view> SplitIntoChunks(std::string_view text, const TextChunking& c) {
+  std::vector<std::string_view> chunks;
+  if (c.chunk_chars == 0 && c.max_run_chars == 0) {
+    if (!text.empty()) chunks.push_back(text);
+    return chunks;
+  }
+  // Python's str.isspace: White_Space, plus the separators U+001C..U+001F.
+  auto is_space = [](char32_t ch) {
+    return unicode::IsWhiteSpace(ch) || (ch >= 0x1C && ch <= 0x1F);
+  };
+  size_t at = 0;
+  while (at < text.size()) {
+    // One chunk of at most chunk_chars characters...
+    size_t end = at, chars = 0;
+    while (end < text.size() && (c.chunk_chars == 0 || chars < c.chunk_chars)) {
+      end += utf8::Decode(text, end).length;
+      ++chars;
+    }
+    // ...cut wherever a run of spaces or of non-spaces passes max_run_chars.
+    size_t slice = at, run = 0;
+    bool run_is_space = false;
+    for (size_t i = at; i < end;) {
+      const utf8::Step step = utf8::Decode(text, i);
+      const bool space = is_space(step.code_point);
+      if (i == at || space != run_is_space) {
+        run = 1;
+        run_is_space = space;
+      } else if (++run > c.max_run_chars && c.max_run_chars > 0) {
+        chunks.push_back(text.substr(slice, i - slice));
+        slice = i;
+        run = 1;
+      }
+      i += step.length;
+    }
+    chunks.push_back(text.substr(slice, end - slice));
+    at = end;
+  }
+  return chunks;
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& tokenizer_json_path) {
@@ -634,6 +685,31 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& toke
     return absl::DataLossError(absl::StrCat("error reading tokenizer file ", tokenizer_json_path));
   }
   return ParseTokenizerJson(contents.str(), tokenizer_json_path);
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadModelTokenizer(const std::string& dir) {
+  if (std::filesystem::exists(dir + "/tokenizer.json")) {
+    return LoadTokenizer(dir + "/tokenizer.json");
+  }
+  if (!std::filesystem::exists(dir + "/tiktoken.model")) {
+    return absl::NotFoundError(absl::StrCat(dir, " holds no tokenizer.json and no tiktoken.model"));
+  }
+  std::string tokenizer_class = "(none)";
+  std::ifstream in(dir + "/tokenizer_config.json", std::ios::binary);
+  if (in) {
+    const Json config = Json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (config.is_object() && config.contains("tokenizer_class") &&
+        config["tokenizer_class"].is_string()) {
+      tokenizer_class = config["tokenizer_class"].get<std::string>();
+    }
+  }
+  if (tokenizer_class != "TikTokenTokenizer") {
+    return absl::UnimplementedError(absl::StrCat(
+        dir, "/tiktoken.model: tokenizer_class ", tokenizer_class,
+        " in tokenizer_config.json; only Kimi-K2's TikTokenTokenizer is read (its pre-tokenizer "
+        "is in the model's own code)"));
+  }
+  return LoadKimiTokenizer(dir);
 }
 
 absl::StatusOr<std::string> IncrementalDecoder::Push(absl::Span<const int32_t> ids) {

@@ -43,6 +43,12 @@ class Tokenizer {
 // that would change results but are not supported are INVALID_ARGUMENT naming the field.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& tokenizer_json_path);
 
+// The tokenizer a model directory ships: its tokenizer.json, else Kimi-K2's tiktoken.model
+// (tiktoken.h) when tokenizer_config.json names its TikTokenTokenizer. NOT_FOUND when `dir`
+// holds neither file; UNIMPLEMENTED for a tiktoken.model of another tokenizer class (its
+// pre-tokenizer lives in that model's own code).
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadModelTokenizer(const std::string& dir);
+
 // The same from the JSON text itself; `origin` names the source in error messages.
 absl::StatusOr<std::unique_ptr<Tokenizer>> ParseTokenizerJson(
     std::string_view json_text, std::string_view origin = "tokenizer.json");

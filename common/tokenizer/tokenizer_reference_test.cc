@@ -4,10 +4,13 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "common/tokenizer/pre_tokenizer.h"
+#include "common/tokenizer/tiktoken.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/tokenizer/utf8.h"
 #include "gtest/gtest.h"
@@ -71,6 +74,56 @@ TEST_P(TokenizerReferenceTest, MatchesHuggingFace) {
     ++checked;
   }
   std::printf("[ vectors] %s: %d cases\n", GetParam(), checked);
+}
+
+// The same vocabulary written as a tiktoken model (each token's bytes ranked by its id, the
+// file's regex, its added tokens as specials) must give Hugging Face's ids too: for a BPE whose
+// merges were learned in id order, tiktoken's rank merging is the same algorithm.
+TEST_P(TokenizerReferenceTest, TiktokenFormOfTheVocabularyMatchesHuggingFace) {
+  std::ifstream in(kSourceDir / GetParam());
+  ASSERT_TRUE(in) << GetParam();
+  const Json vectors = Json::parse(in);
+  const std::filesystem::path tokenizer_path =
+      kSourceDir / vectors["tokenizer_json"].get<std::string>();
+  std::ifstream tin(tokenizer_path);
+  const Json file = Json::parse(tin);
+  auto hf = LoadTokenizer(tokenizer_path.string());
+  ASSERT_TRUE(hf.ok()) << hf.status();
+
+  TiktokenOptions options;
+  std::set<int32_t> added;
+  for (const Json& t : file["added_tokens"]) {
+    AddedToken token;
+    token.id = t["id"].get<int32_t>();
+    token.content = t["content"].get<std::string>();
+    token.special = true;
+    added.insert(token.id);
+    options.special.push_back(token);
+  }
+  const Json& pre = file["pre_tokenizer"];
+  if (pre["type"] == "ByteLevel") {
+    options.pattern = std::string(kGpt2Pattern);
+  } else {
+    ASSERT_EQ(pre["type"], "Sequence");
+    options.pattern = pre["pretokenizers"][0]["pattern"]["Regex"].get<std::string>();
+  }
+  std::vector<std::pair<std::string, int32_t>> ranks;
+  for (int32_t id = 0; id < (*hf)->vocab_size(); ++id) {
+    if (added.count(id)) continue;
+    auto bytes = (*hf)->Decode({id});
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    ranks.emplace_back(*bytes, id);
+  }
+  auto tiktoken = BuildTiktokenTokenizer(ranks, options, "test");
+  ASSERT_TRUE(tiktoken.ok()) << tiktoken.status();
+  int checked = 0;
+  for (const Json& c : vectors["cases"]) {
+    auto ids = (*tiktoken)->Encode(c["text"].get<std::string>());
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    EXPECT_EQ(*ids, c["ids"].get<std::vector<int32_t>>()) << Json(c["text"]).dump();
+    ++checked;
+  }
+  EXPECT_GT(checked, 10);
 }
 
 INSTANTIATE_TEST_SUITE_P(Files, TokenizerReferenceTest,
