@@ -8,6 +8,10 @@
 #
 #   ./tools/demo.sh                 # all held-out prompts
 #   DEMO_PROMPTS=4 ./tools/demo.sh  # fewer prompts
+#   DEMO_TARGET=models/tiny-mla-moe ./tools/demo.sh
+#       # another target of the tiny vocabulary (e.g. the MLA + MoE one): drafted by the draft
+#       # model and by n-grams (DFlash is trained on tiny-target's features), and without
+#       # speculation
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./tools/install_deps.sh
@@ -24,10 +28,18 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q 
 else
   gpus=(--gpus none)
 fi
+target=${DEMO_TARGET:-models/tiny-target}
+if [ "$target" = models/tiny-target ]; then
+  second=dflash  # the second drafter kind shown: DFlash + DDTree, trained for this target
+  drafter_args=(--drafter_arg=--dflash=models/tiny-dflash
+                --drafter_arg=--dflash_target=models/tiny-target)
+else
+  second=ngram
+  drafter_args=()
+fi
 trap 'tools/launch.sh down --run_dir "$logs"' EXIT
 tools/launch.sh up --detach --quiet --run_dir "$logs" --bin "$bin" "${gpus[@]}" \
-  --drafters 1 --verifiers 1 --drafter_arg=--dflash=models/tiny-dflash \
-  --drafter_arg=--dflash_target=models/tiny-target
+  --drafters 1 --verifiers 1 --model "$target" ${drafter_args[@]+"${drafter_args[@]}"}
 # shellcheck source=/dev/null
 source "$logs/launch.env"
 echo "drafter at $DRAFTER_ADDRS, verifier at $VERIFIER_ADDRS (logs in $logs)"
@@ -39,14 +51,19 @@ run() {  # run MODE JSON [EXTRA FLAG]
 }
 echo; echo "=== speculation on: the draft model's tree ==="
 run draft_model "$logs/draft_model.json"
-echo; echo "=== speculation on: DFlash + DDTree (one drafter forward per step) ==="
-run dflash "$logs/dflash.json" --quiet
+if [ "$second" = dflash ]; then
+  echo; echo "=== speculation on: DFlash + DDTree (one drafter forward per step) ==="
+else
+  echo; echo "=== speculation on: n-gram drafts from the context ==="
+fi
+run "$second" "$logs/second.json" --quiet
 echo; echo "=== speculation off (target only) ==="
 run off "$logs/plain.json" --quiet
 
-python3 - "$logs/draft_model.json" "$logs/dflash.json" "$logs/plain.json" <<'PY'
+python3 - "$second" "$logs/draft_model.json" "$logs/second.json" "$logs/plain.json" <<'PY'
 import json, sys
-runs = {name: json.load(open(p)) for name, p in zip(("draft model", "DFlash", "off"), sys.argv[1:4])}
+second = {"dflash": "DFlash", "ngram": "n-gram"}[sys.argv[1]]
+runs = {name: json.load(open(p)) for name, p in zip(("draft model", second, "off"), sys.argv[2:5])}
 plain = [r["token_ids"] for r in runs["off"]["requests"]]
 ok = True
 print()
