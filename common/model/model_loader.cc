@@ -12,12 +12,19 @@
 //   - any other `model.*` tensor (an o_proj bias, a q_norm on a Llama, a layer past
 //     num_hidden_layers, ...): an error, since it means config.json describes a different model.
 //   - anything else (outside the decoder, e.g. a value head): ignored.
+//
+// A MoE layer's experts are read from one tensor per expert (`mlp.experts.{e}.gate_proj.weight`,
+// as the published checkpoints store them) or, where those are absent, from the fused tensors
+// Transformers 5 holds in memory (`mlp.experts.gate_up_proj` [E, 2 I, H], `mlp.experts.down_proj`
+// [E, H, I]), whose expert count must be n_routed_experts.
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "absl/container/flat_hash_map.h"
@@ -160,7 +167,8 @@ std::string MissingHint(const std::string& name, const ModelConfig& c) {
       absl::StrContains(name, "mlp.gate.")) {
     return absl::StrCat(
         " (config.json says layers from first_k_dense_replace=", c.moe.first_dense_layers,
-        " on are MoE with n_routed_experts=", c.moe.num_experts, ", one tensor per expert)");
+        " on are MoE with n_routed_experts=", c.moe.num_experts,
+        ": one tensor per expert, or the fused mlp.experts.gate_up_proj and down_proj)");
   }
   if (absl::StrContains(name, "_norm.weight") && absl::StrContains(name, "self_attn")) {
     return absl::StrCat(" (", c.architecture, " has q/k RMSNorm)");
@@ -191,15 +199,84 @@ absl::Status CheckTiedHead(const Checkpoint& ckpt, const ModelWeights& w) {
   return absl::OkStatus();
 }
 
-// Reads every present slot `for_each` visits from `ckpt`; `used` gets their names.
+// Where one expert's projection lies in a fused experts tensor, the form Transformers 5 keeps
+// in memory: `mlp.experts.gate_up_proj` [E, 2 I, H] (each expert's gate rows, then its up rows)
+// and `mlp.experts.down_proj` [E, H, I].
+struct FusedExpert {
+  std::string name;      // the fused tensor
+  int64_t expert = 0;    // the block of dim 0
+  bool up_half = false;  // gate_up_proj's second half
+  int halves = 1;        // 2 for gate_up_proj: the block holds twice the slot's rows
+};
+
+std::optional<FusedExpert> FusedExpertOf(const std::string& slot_name) {
+  const size_t at = slot_name.rfind(".mlp.experts.");
+  if (at == std::string::npos) return std::nullopt;
+  const std::string prefix = slot_name.substr(0, at + std::strlen(".mlp.experts."));
+  const std::string rest = slot_name.substr(prefix.size());  // "{e}.gate_proj.weight"
+  const size_t dot = rest.find('.');
+  int64_t expert = 0;
+  if (dot == std::string::npos || !absl::SimpleAtoi(rest.substr(0, dot), &expert)) {
+    return std::nullopt;
+  }
+  const std::string proj = rest.substr(dot + 1);
+  if (proj == "gate_proj.weight" || proj == "up_proj.weight") {
+    return FusedExpert{prefix + "gate_up_proj", expert, proj == "up_proj.weight", 2};
+  }
+  if (proj == "down_proj.weight") return FusedExpert{prefix + "down_proj", expert, false, 1};
+  return std::nullopt;
+}
+
+// Reads `slot` (one expert's [rows, cols] projection) out of the fused tensor `f`; NOT_FOUND
+// when the checkpoint lacks that too.
+absl::Status ReadFusedExpert(const Checkpoint& ckpt, const FusedExpert& f, TensorSlot& slot) {
+  auto it = ckpt.where.find(f.name);
+  if (it == ckpt.where.end()) return absl::NotFoundError(f.name);
+  const SafetensorsFile& file = *it->second;
+  const SafetensorsTensorInfo& info = *file.Find(f.name);
+  const int64_t rows = slot.shape[0], cols = slot.shape[1];
+  if (info.shape.size() != 3 || info.shape[0] <= f.expert || info.shape[1] != f.halves * rows ||
+      info.shape[2] != cols) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file.path(), ": fused tensor '", f.name, "' has shape ",
+                     ShapeString(info.shape), " but config.json implies [n_routed_experts > ",
+                     f.expert, ", ", f.halves * rows, ", ", cols, "]"));
+  }
+  if (!info.dtype.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(file.path(), ": tensor '", f.name,
+                                                   "' has dtype ", info.dtype_name,
+                                                   " (only F32, F16 and BF16 are read)"));
+  }
+  const int64_t first = (f.expert * info.shape[1] + (f.up_half ? rows : 0)) * cols;
+  Tensor t(slot.shape);
+  ConvertToFloat(*info.dtype, file.RawBytes(info).data() + first * DTypeSize(*info.dtype),
+                 t.span());
+  *slot.tensor = std::move(t);
+  return absl::OkStatus();
+}
+
+// Reads every present slot `for_each` visits from `ckpt`; `used` gets the names of the
+// tensors read, `fused_experts` the fused experts tensors read from with their expert count.
 absl::Status ReadSlots(const Checkpoint& ckpt, const SlotVisitor& for_each,
                        const std::function<std::string(const std::string&)>& missing_hint,
-                       absl::flat_hash_set<std::string>& used) {
+                       absl::flat_hash_set<std::string>& used,
+                       absl::flat_hash_map<std::string, int64_t>* fused_experts = nullptr) {
   absl::Status status;
   for_each([&](TensorSlot& slot) {
     if (!status.ok() || !slot.present) return;
     auto it = ckpt.where.find(slot.hf_name);
     if (it == ckpt.where.end()) {
+      if (const std::optional<FusedExpert> f = FusedExpertOf(slot.hf_name)) {
+        status = ReadFusedExpert(ckpt, *f, slot);
+        if (status.ok()) {
+          used.insert(f->name);
+          if (fused_experts != nullptr) {
+            (*fused_experts)[f->name] = ckpt.where.at(f->name)->Find(f->name)->shape[0];
+          }
+          return;
+        }
+        if (!absl::IsNotFound(status)) return;
+      }
       status = absl::NotFoundError(absl::StrCat("tensor '", slot.hf_name, "' not found in ",
                                                 ckpt.FileList(), missing_hint(slot.hf_name)));
       return;
@@ -262,9 +339,17 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const std::string& model_dir,
   ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpoint(model_dir));
   ModelWeights weights;
   absl::flat_hash_set<std::string> used;
+  absl::flat_hash_map<std::string, int64_t> fused_experts;
   RETURN_IF_ERROR(ReadSlots(
       ckpt, [&](const auto& fn) { ForEachTensor(config, weights, fn); },
-      [&](const std::string& name) { return MissingHint(name, config); }, used));
+      [&](const std::string& name) { return MissingHint(name, config); }, used, &fused_experts));
+  for (const auto& [name, experts] : fused_experts) {
+    if (experts != config.moe.num_experts) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(ckpt.where.at(name)->path(), ": fused tensor '", name, "' holds ", experts,
+                       " experts but config.json says n_routed_experts=", config.moe.num_experts));
+    }
+  }
 
   std::vector<std::string> unexpected;
   int mtp_tensors = 0;

@@ -431,6 +431,54 @@ TEST_F(ModelDirTest, DeepseekMissingExpertNamesTensorAndConfig) {
   EXPECT_THAT(std::string(again.status().message()), HasSubstr("mlp.gate.weight"));
 }
 
+// Transformers 5's in-memory layout: one gate_up_proj [E, 2 I, H] and one down_proj [E, H, I]
+// per MoE layer instead of a tensor per expert.
+TEST_F(ModelDirTest, DeepseekFusedExpertsLoadAsPerExpert) {
+  const ModelConfig c = TinyDeepseekConfig(20, 1);
+  ASSERT_TRUE(Write(c).ok());
+  absl::StatusOr<ModelWeights> w = LoadModelWeights(dir_, c);
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto fuse = [&](int extra_experts) {
+    std::vector<std::pair<std::string, const Tensor*>> kept;
+    ForEachTensor(c, *w, [&](TensorSlot& s) {
+      if (s.present && s.hf_name.find(".mlp.experts.") == std::string::npos) {
+        kept.push_back({s.hf_name, s.tensor});
+      }
+    });
+    std::vector<Tensor> fused;
+    fused.reserve(4);
+    for (int l = 1; l < c.num_layers; ++l) {
+      const std::vector<DenseMlpWeights>& experts = w->layers[l].moe.experts;
+      const int64_t e = experts.size() + extra_experts, inter = 16, hidden = 32;
+      std::vector<float> gate_up, down;
+      for (int64_t x = 0; x < e; ++x) {
+        const DenseMlpWeights& m = experts[x % experts.size()];
+        for (const Tensor* t : {&m.w_gate, &m.w_up}) {
+          gate_up.insert(gate_up.end(), t->data(), t->data() + t->numel());
+        }
+        down.insert(down.end(), m.w_down.data(), m.w_down.data() + m.w_down.numel());
+      }
+      fused.emplace_back(std::vector<int64_t>{e, 2 * inter, hidden}, std::move(gate_up));
+      fused.emplace_back(std::vector<int64_t>{e, hidden, inter}, std::move(down));
+    }
+    for (int l = 1; l < c.num_layers; ++l) {
+      const std::string p = absl::StrCat("model.layers.", l, ".mlp.experts.");
+      kept.push_back({p + "gate_up_proj", &fused[2 * (l - 1)]});
+      kept.push_back({p + "down_proj", &fused[2 * (l - 1) + 1]});
+    }
+    ASSERT_TRUE(WriteSafetensors(dir_ + "/model.safetensors", kept, DType::kF32).ok());
+  };
+  fuse(0);
+  absl::StatusOr<ModelWeights> fused = LoadModelWeights(dir_, c);
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  ExpectRandomValues(c, *fused, DType::kF32, 5, 0.5f);
+
+  fuse(1);  // one expert more than config.json says
+  fused = LoadModelWeights(dir_, c);
+  ASSERT_FALSE(fused.ok());
+  EXPECT_THAT(std::string(fused.status().message()), HasSubstr("holds 7 experts"));
+}
+
 // Rewrites the checkpoint of a tied model as one file that also holds `extra` tensors.
 void RewriteWithExtras(const std::string& dir, const ModelConfig& c,
                        const std::vector<std::pair<std::string, const Tensor*>>& extra) {
