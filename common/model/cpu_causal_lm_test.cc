@@ -530,6 +530,35 @@ TEST(CpuCausalLmTest, BatchEqualsEachSequenceAloneBitwise) {
   }
 }
 
+// A prompt whose first pages were cached by an earlier sequence (the prefix cache) gives the
+// same logits, bit for bit, as the whole prompt computed cold: the cached pages hold exactly the
+// K/V a cold prefill writes there (MLA's latent entries likewise).
+TEST(CpuCausalLmTest, CachedPrefixEqualsColdPrefillBitwise) {
+  for (const ModelConfig& c : {SmallLlamaConfig(), SmallDeepseekConfig()}) {
+    std::mt19937 rng(9);
+    const int V = c.vocab_size;
+    const std::vector<int32_t> first = RandomTokens(rng, 45, V);  // 2 full pages of 16 + 13
+    std::vector<int32_t> second(first.begin(), first.begin() + 37);
+    for (int32_t t : RandomTokens(rng, 11, V)) second.push_back(t);
+    auto lm = MakeLm(c);
+    const SeqId a = lm->CreateSequence();
+    Prefill(*lm, a, first);
+    lm->kv_cache().CachePages(a, first);
+    lm->FreeSequence(a);
+
+    const SeqId b = lm->CreateSequence();
+    const int cached = lm->kv_cache().AttachCachedPrefix(b, second);
+    ASSERT_EQ(cached, 32) << c.architecture;
+    const std::vector<int32_t> rest(second.begin() + cached, second.end());
+    const std::vector<float> warm = Prefill(*lm, b, rest, cached);
+    const std::vector<float> cold = Prefill(*lm, lm->CreateSequence(), second);
+    for (size_t i = 0; i < rest.size(); ++i) {
+      ASSERT_TRUE(BitEqual(Row(warm, i, V), Row(cold, cached + i, V)))
+          << c.architecture << " position " << cached + i;
+    }
+  }
+}
+
 TEST(CpuCausalLmTest, TruncateThenRedecodeEqualsFresh) {
   const ModelConfig c = SmallLlamaConfig();
   std::mt19937 rng(6);

@@ -9,6 +9,7 @@ add_library(treespec_model
   ${CMAKE_CURRENT_LIST_DIR}/forward_batch.cc
   ${CMAKE_CURRENT_LIST_DIR}/kv_cache.cc
   ${CMAKE_CURRENT_LIST_DIR}/moe_router.cc
+  ${CMAKE_CURRENT_LIST_DIR}/prefix_index.cc
   ${CMAKE_CURRENT_LIST_DIR}/sampling.cc
   ${CMAKE_CURRENT_LIST_DIR}/top_k.cc
   ${CMAKE_CURRENT_LIST_DIR}/tp_plan.cc

@@ -46,7 +46,11 @@ void KvPool::CopySlot(int src_page, int src_offset, int dst_page, int dst_offset
 }
 
 PagedKvCache::PagedKvCache(int num_pages, int page_size)
-    : num_pages_(num_pages), page_size_(page_size) {
+    : num_pages_(num_pages),
+      page_size_(page_size),
+      holders_(num_pages, 0),
+      index_(num_pages),
+      evictable_at_(num_pages) {
   // Popped from the back, so a fresh cache hands out pages 0, 1, 2, ...
   free_list_.reserve(num_pages);
   for (int p = num_pages - 1; p >= 0; --p) free_list_.push_back(p);
@@ -54,7 +58,17 @@ PagedKvCache::PagedKvCache(int num_pages, int page_size)
 
 int PagedKvCache::free_pages() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int>(free_list_.size());
+  return static_cast<int>(free_list_.size() + evictable_.size());
+}
+
+int PagedKvCache::cached_pages() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return index_.size();
+}
+
+int PagedKvCache::evictable_pages() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(evictable_.size());
 }
 
 SeqId PagedKvCache::CreateSequence() {
@@ -75,16 +89,36 @@ absl::Status PagedKvCache::Reserve(SeqId seq, int num_slots) {
   const size_t needed = (static_cast<size_t>(num_slots) + page_size_ - 1) / page_size_;
   if (needed <= pages.size()) return absl::OkStatus();
   const size_t more = needed - pages.size();
-  if (more > free_list_.size()) {
+  const size_t available = free_list_.size() + evictable_.size();
+  if (more > available) {
     return absl::ResourceExhaustedError(
         absl::StrCat("KV cache out of pages: sequence ", seq, " needs ", more, " more page(s) of ",
-                     page_size_, " slots, ", free_list_.size(), " of ", num_pages_, " free"));
+                     page_size_, " slots, ", available, " of ", num_pages_, " free"));
   }
   for (size_t i = 0; i < more; ++i) {
-    pages.push_back(free_list_.back());
-    free_list_.pop_back();
+    int page;
+    if (!free_list_.empty()) {
+      page = free_list_.back();
+      free_list_.pop_back();
+    } else {  // evict the least recently released cached page
+      page = evictable_.front();
+      evictable_.pop_front();
+      index_.Erase(page);
+    }
+    index_.NewGeneration(page);  // new contents: cached pages after the old ones stop matching
+    holders_[page] = 1;
+    pages.push_back(page);
   }
   return absl::OkStatus();
+}
+
+void PagedKvCache::Release(int page) {
+  if (--holders_[page] > 0) return;
+  if (index_.Contains(page)) {
+    evictable_at_[page] = evictable_.insert(evictable_.end(), page);
+  } else {
+    free_list_.push_back(page);
+  }
 }
 
 void PagedKvCache::Truncate(SeqId seq, int num_slots) {
@@ -94,7 +128,7 @@ void PagedKvCache::Truncate(SeqId seq, int num_slots) {
   std::vector<int>& pages = it->second;
   const size_t keep = (static_cast<size_t>(std::max(num_slots, 0)) + page_size_ - 1) / page_size_;
   while (pages.size() > keep) {
-    free_list_.push_back(pages.back());
+    Release(pages.back());
     pages.pop_back();
   }
 }
@@ -103,8 +137,50 @@ void PagedKvCache::Free(SeqId seq) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = tables_.find(seq);
   if (it == tables_.end()) return;
-  for (auto p = it->second.rbegin(); p != it->second.rend(); ++p) free_list_.push_back(*p);
+  // Last page first: a prefix's first pages are released last, so they are evicted last.
+  for (auto p = it->second.rbegin(); p != it->second.rend(); ++p) Release(*p);
   tables_.erase(it);
+}
+
+int PagedKvCache::AttachCachedPrefix(SeqId seq, absl::Span<const int32_t> tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = tables_.find(seq);
+  if (it == tables_.end() || !it->second.empty() || tokens.empty()) return 0;
+  const size_t full = (tokens.size() - 1) / page_size_;  // the last token stays uncached
+  uint64_t key = PrefixIndex::kRootKey;
+  int parent = -1;
+  for (size_t i = 0; i < full; ++i) {
+    const absl::Span<const int32_t> page_tokens = tokens.subspan(i * page_size_, page_size_);
+    key = PrefixIndex::Key(key, page_tokens);
+    const int page = index_.Find(key, parent, page_tokens);
+    if (page < 0) break;
+    if (holders_[page]++ == 0) evictable_.erase(evictable_at_[page]);
+    it->second.push_back(page);
+    parent = page;
+  }
+  return static_cast<int>(it->second.size()) * page_size_;
+}
+
+void PagedKvCache::CachePages(SeqId seq, absl::Span<const int32_t> tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = tables_.find(seq);
+  if (it == tables_.end()) return;
+  const std::vector<int>& pages = it->second;
+  const size_t full = std::min(tokens.size() / page_size_, pages.size());
+  uint64_t key = PrefixIndex::kRootKey;
+  int parent = -1;  // the indexed page holding the previous page's tokens
+  for (size_t i = 0; i < full; ++i) {
+    const absl::Span<const int32_t> page_tokens = tokens.subspan(i * page_size_, page_size_);
+    key = PrefixIndex::Key(key, page_tokens);
+    int indexed = index_.Find(key, parent, page_tokens);
+    if (indexed < 0) {
+      if (index_.Contains(pages[i])) break;  // holds other tokens under another chain
+      index_.Insert(pages[i], key, parent, page_tokens);
+      indexed = index_.Find(key, parent, page_tokens);
+      if (indexed < 0) break;  // a key collision: the chain cannot go on from here
+    }
+    parent = indexed;
+  }
 }
 
 int PagedKvCache::num_reserved_slots(SeqId seq) const {

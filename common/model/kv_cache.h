@@ -8,6 +8,7 @@
 #define TREESPEC_COMMON_MODEL_KV_CACHE_H_
 
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/model/prefix_index.h"
 
 namespace treespec {
 
@@ -57,14 +59,25 @@ class KvPool {
   std::vector<std::vector<float>> v_;  // [num_layers][num_pages, page_size, v_width]
 };
 
-// Page tables of all sequences plus the free list. Thread-safe.
+// Page tables of all sequences, the free list and the prefix cache. Thread-safe.
+//
+// Prefix cache: CachePages makes a sequence's full pages of final tokens reusable; a new
+// sequence attaches the longest cached run that begins its prompt (AttachCachedPrefix), shared
+// read-only with every other holder. A page is free, held (by one or more sequences), or
+// cached and unheld; unheld cached pages are evicted least recently released first when a
+// Reserve needs room, so free_pages() counts them as free. A sequence never writes into its
+// attached pages: they are full and lie below its committed length.
 class PagedKvCache {
  public:
   PagedKvCache(int num_pages, int page_size);
 
   int page_size() const { return page_size_; }
   int num_pages() const { return num_pages_; }
+  // Pages a Reserve can take: free ones and unheld cached ones (evicted on demand).
   int free_pages() const;
+  // Pages in the prefix cache (held or not) and those of them no sequence holds.
+  int cached_pages() const;
+  int evictable_pages() const;
 
   SeqId CreateSequence();
   // Ensures slots [0, num_slots) of `seq` have pages. RESOURCE_EXHAUSTED when the pool is out.
@@ -74,18 +87,35 @@ class PagedKvCache {
   void Free(SeqId seq);
   int num_reserved_slots(SeqId seq) const;
 
+  // Attaches to `seq`, which must hold no pages yet, the longest run of cached pages holding
+  // whole pages of `tokens` from its start, leaving at least the last token uncached (its
+  // logits must be computed). Returns the number of tokens attached (a multiple of the page
+  // size); their slots are filled and final.
+  int AttachCachedPrefix(SeqId seq, absl::Span<const int32_t> tokens);
+  // Adds the full pages of `seq` among its first tokens.size() slots, which hold `tokens` and
+  // whose K/V are final, to the prefix cache. Pages whose contents are cached already (another
+  // sequence computed the same prefix) stay out, and are freed as usual.
+  void CachePages(SeqId seq, absl::Span<const int32_t> tokens);
+
   // (page, offset) of logical slot `slot` of `seq`; the slot must be reserved.
   std::pair<int, int> Locate(SeqId seq, int slot) const;
   // Page list of `seq` (copy; stable across concurrent Reserve of other sequences).
   std::vector<int> Pages(SeqId seq) const;
 
  private:
+  // Drops one holder of `page`: an unheld cached page becomes evictable, another one free.
+  void Release(int page);  // requires mu_
+
   const int num_pages_;
   const int page_size_;
   mutable std::mutex mu_;
   std::vector<int> free_list_;
   absl::flat_hash_map<SeqId, std::vector<int>> tables_;
   SeqId next_id_ = 1;
+  std::vector<int> holders_;  // [num_pages] sequences holding each page
+  PrefixIndex index_;
+  std::list<int> evictable_;  // unheld cached pages, least recently released first
+  std::vector<std::list<int>::iterator> evictable_at_;  // [num_pages] valid when evictable
 };
 
 // Checks a path for CommitPath (starts at node 0, strictly increasing, within the sequence's

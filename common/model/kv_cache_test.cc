@@ -122,3 +122,116 @@ TEST(KvPoolTest, CopySlotCopiesEveryLayerOnly) {
 
 }  // namespace
 }  // namespace treespec
+
+namespace treespec {
+namespace {
+
+std::vector<int32_t> Tokens(int n, int32_t first = 100) {
+  std::vector<int32_t> t(n);
+  for (int i = 0; i < n; ++i) t[i] = first + i;
+  return t;
+}
+
+// A finished sequence leaves its full pages of final tokens for the next one to attach.
+TEST(PrefixCacheTest, AttachesTheCachedPagesOfALongestPrefix) {
+  PagedKvCache cache(10, 16);
+  const std::vector<int32_t> tokens = Tokens(40);
+  const SeqId a = cache.CreateSequence();
+  ASSERT_TRUE(cache.Reserve(a, 40).ok());
+  const std::vector<int> pages_a = cache.Pages(a);
+  cache.CachePages(a, tokens);  // pages 0 and 1 are full; page 2 holds 8 tokens
+  EXPECT_EQ(cache.cached_pages(), 2);
+  cache.Free(a);
+  EXPECT_EQ(cache.free_pages(), 10);  // cached pages count as free: they can be evicted
+  EXPECT_EQ(cache.evictable_pages(), 2);
+
+  const SeqId b = cache.CreateSequence();
+  EXPECT_EQ(cache.AttachCachedPrefix(b, tokens), 32);
+  EXPECT_EQ(cache.Pages(b), std::vector<int>(pages_a.begin(), pages_a.begin() + 2));
+  EXPECT_EQ(cache.evictable_pages(), 0);
+  EXPECT_EQ(cache.free_pages(), 8);
+  // A prompt that differs in its second page reuses the first only; one that is exactly two
+  // pages long keeps its last token to compute, so it too reuses one page.
+  std::vector<int32_t> other = tokens;
+  other[20] = 7;
+  const SeqId c = cache.CreateSequence(), d = cache.CreateSequence();
+  EXPECT_EQ(cache.AttachCachedPrefix(c, other), 16);
+  EXPECT_EQ(cache.AttachCachedPrefix(d, Tokens(32)), 16);
+  EXPECT_EQ(cache.AttachCachedPrefix(cache.CreateSequence(), Tokens(40, 5)), 0);
+  // Three holders of page 0: freeing two keeps it held.
+  cache.Free(c);
+  cache.Free(d);
+  EXPECT_EQ(cache.evictable_pages(), 0);
+  cache.Free(b);
+  EXPECT_EQ(cache.evictable_pages(), 2);
+}
+
+TEST(PrefixCacheTest, EvictsLeastRecentlyReleasedAndNeverAHeldPage) {
+  PagedKvCache cache(4, 4);
+  const std::vector<int32_t> first = Tokens(9), second = Tokens(9, 500);
+  for (const auto& tokens : {first, second}) {
+    const SeqId s = cache.CreateSequence();
+    ASSERT_TRUE(cache.Reserve(s, 8).ok());
+    cache.CachePages(s, tokens);
+    cache.Free(s);
+  }
+  EXPECT_EQ(cache.evictable_pages(), 4);
+  // Three pages: the first prefix goes (its last page, then its first), then the second's last
+  // page; the second prefix's first page survives.
+  const SeqId big = cache.CreateSequence();
+  ASSERT_TRUE(cache.Reserve(big, 12).ok());
+  EXPECT_EQ(cache.AttachCachedPrefix(cache.CreateSequence(), first), 0);
+  const SeqId holder = cache.CreateSequence();
+  EXPECT_EQ(cache.AttachCachedPrefix(holder, second), 4);
+  // The held page is not evictable: a request for it fails instead.
+  EXPECT_EQ(cache.free_pages(), 0);
+  EXPECT_EQ(cache.Reserve(cache.CreateSequence(), 1).code(), absl::StatusCode::kResourceExhausted);
+  cache.Free(big);
+  EXPECT_EQ(cache.free_pages(), 3);
+}
+
+// Two sequences that computed the same prefix: the first one's pages are cached, the second's
+// go back to the free list when it ends.
+TEST(PrefixCacheTest, ADuplicatePrefixStaysOutOfTheCache) {
+  PagedKvCache cache(8, 4);
+  const std::vector<int32_t> tokens = Tokens(8);
+  const SeqId a = cache.CreateSequence(), b = cache.CreateSequence();
+  ASSERT_TRUE(cache.Reserve(a, 8).ok());
+  ASSERT_TRUE(cache.Reserve(b, 8).ok());
+  cache.CachePages(a, tokens);
+  cache.CachePages(b, tokens);
+  EXPECT_EQ(cache.cached_pages(), 2);
+  cache.Free(b);
+  EXPECT_EQ(cache.evictable_pages(), 0);
+  cache.Free(a);
+  EXPECT_EQ(cache.evictable_pages(), 2);
+  const SeqId c = cache.CreateSequence();
+  EXPECT_EQ(cache.AttachCachedPrefix(c, Tokens(9)), 8);
+  // A sequence that attached its prefix and grew caches its own later pages after them.
+  ASSERT_TRUE(cache.Reserve(c, 12).ok());
+  cache.CachePages(c, Tokens(12));
+  EXPECT_EQ(cache.cached_pages(), 3);
+  cache.Free(c);
+  EXPECT_EQ(cache.AttachCachedPrefix(cache.CreateSequence(), Tokens(13)), 12);
+}
+
+TEST(PrefixIndexTest, MatchesOnlyTheSameTokensAfterTheSameParentContents) {
+  PrefixIndex index(4);
+  const std::vector<int32_t> root = {1, 2}, child = {3, 4};
+  const uint64_t root_key = PrefixIndex::Key(PrefixIndex::kRootKey, root);
+  const uint64_t child_key = PrefixIndex::Key(root_key, child);
+  index.Insert(0, root_key, -1, root);
+  index.Insert(1, child_key, 0, child);
+  EXPECT_EQ(index.Find(root_key, -1, root), 0);
+  EXPECT_EQ(index.Find(child_key, 0, child), 1);
+  // A key that matches with other tokens (a collision) is a miss.
+  EXPECT_EQ(index.Find(root_key, -1, std::vector<int32_t>{1, 9}), -1);
+  // The parent page handed out for other contents: its old children no longer match.
+  index.Erase(0);
+  index.NewGeneration(0);
+  index.Insert(0, root_key, -1, root);
+  EXPECT_EQ(index.Find(child_key, 0, child), -1);
+}
+
+}  // namespace
+}  // namespace treespec
