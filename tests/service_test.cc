@@ -141,6 +141,10 @@ TEST_F(ServiceTest, ConcurrentStreamsMatchPlainDecoding) {
       EXPECT_EQ(o.ids, plain[i].ids) << "mode " << modes[m] << " prompt " << i;
       EXPECT_EQ(o.text, plain[i].text);
       EXPECT_EQ(o.last.usage().completion_tokens(), 40);
+      // The plain runs left every prompt's full pages in the prefix cache.
+      const int page = verifier_->Info().kv_page_size();
+      EXPECT_EQ(o.last.usage().cached_tokens(), (o.last.usage().prompt_tokens() - 1) / page * page)
+          << "mode " << modes[m] << " prompt " << i;
       if (modes[m] == v1::SPECULATION_MODE_DRAFT_MODEL) {
         accepted += o.last.speculation().accepted_tokens();
         drafted_steps += o.last.speculation().steps() - o.last.speculation().fallback_steps();
@@ -350,12 +354,15 @@ TEST_F(ServiceTest, MetricsCountWhatClientsSaw) {
   ASSERT_NE(local.stub, nullptr);
   v1::Generation::Stub* stub = local.stub.get();
   int64_t tokens = 0, steps = 0, fallback = 0, drafted = 0, accepted = 0, depth1 = 0;
+  int64_t prompt = 0, cached = 0;
   for (const auto& [mode, max_new] :
        {std::pair{v1::SPECULATION_MODE_AUTO, 24}, std::pair{v1::SPECULATION_MODE_AUTO, 24},
         std::pair{v1::SPECULATION_MODE_OFF, 16}}) {
     const Outcome o = Generate(stub, TextRequest(kPrompts[1], mode, max_new));
     ASSERT_TRUE(o.status.ok()) << o.status.error_message();
     tokens += static_cast<int64_t>(o.ids.size());
+    prompt += o.last.usage().prompt_tokens();
+    cached += o.last.usage().cached_tokens();
     const v1::SpeculationStats& s = o.last.speculation();
     steps += s.steps();
     fallback += s.fallback_steps();
@@ -367,6 +374,13 @@ TEST_F(ServiceTest, MetricsCountWhatClientsSaw) {
   const std::string text = metrics.Scrape();
   EXPECT_EQ(Scraped(text, "treespec_requests_total{reason=\"length\"}"), 3) << text;
   EXPECT_EQ(Scraped(text, "treespec_generation_tokens_total"), tokens);
+  // The same prompt three times: the second and third reuse the first's cached pages (the
+  // tiny pair's drafters take no target features, so every request looks the cache up).
+  EXPECT_GT(cached, 0);
+  EXPECT_EQ(Scraped(text, "treespec_prefix_cache_queried_tokens_total"), prompt);
+  EXPECT_EQ(Scraped(text, "treespec_prefix_cache_hit_tokens_total"), cached);
+  EXPECT_GT(Scraped(text, "treespec_prefix_cache_pages"), 0);
+  EXPECT_EQ(Scraped(text, "treespec_prefix_cache_evicted_pages_total"), 0);
   EXPECT_EQ(Scraped(text, "treespec_time_to_first_token_seconds_count"), 3);
   EXPECT_GT(Scraped(text, "treespec_inter_token_latency_seconds_count"), 0);
   EXPECT_EQ(Scraped(text, "treespec_spec_verify_steps_total"), steps);

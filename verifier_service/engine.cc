@@ -24,8 +24,11 @@ struct Engine::Active {
   // deferred context is due): plain steps then cost the drafter not even the prompt's prefill.
   std::optional<DraftOpenParams> unopened;
   SeqId seq = 0;
-  int committed_len = 0;  // L: tokens whose K/V are in the cache
-  int32_t bonus = -1;     // the target's last choice, not yet in the cache
+  int committed_len = 0;         // L: tokens whose K/V are in the cache
+  int cached_tokens = 0;         // of the prompt, attached from the prefix cache at admission
+  bool cache_queried = false;    // the prompt was looked up in the prefix cache
+  std::vector<int32_t> context;  // the prompt, then every emitted token
+  int32_t bonus = -1;            // the target's last choice, not yet in the cache
   bool prefilled = false;
   int64_t step = 0;  // step of the last commit sent to the drafter
   absl::Time commit_sent;
@@ -59,7 +62,7 @@ struct Engine::Active {
   std::vector<double> kept_probs;
   SpecStats stats;
   absl::Time start;
-  int pages = 0;  // worst-case KV pages promised at admission
+  int pages = 0;  // worst-case KV pages (WorstPages) at admission
   bool done = false;
 
   bool speculates() const { return draft != nullptr || unopened.has_value(); }
@@ -377,6 +380,8 @@ EngineSnapshot Engine::Snapshot() const {
   s.kv_pages_free = model_->kv_cache().free_pages();
   s.kv_pages_total = model_->kv_cache().num_pages();
   s.kv_page_size = model_->kv_cache().page_size();
+  s.kv_pages_cached = model_->kv_cache().cached_pages();
+  s.kv_pages_evicted = model_->kv_cache().evicted_pages();
   if (step_cost_.has_value()) s.step_cost = step_cost_stats_;
   return s;
 }
@@ -462,14 +467,41 @@ bool Engine::WaitsForDraft(const Active& a) const {
   return over < 0 || over % kProbeInterval == kProbeInterval - 1;
 }
 
+int Engine::WorstPages(const GenerationRequest& r) const {
+  return PagesFor(static_cast<int>(r.prompt.size()) + *r.max_new_tokens + r.spec.tree_budget + 1);
+}
+
+bool Engine::ReusesPrefix(const GenerationRequest& r) const {
+  if (!options_.prefix_cache) return false;
+  if (r.spec_mode.off() || drafts_ == nullptr) return true;
+  // As FeatureLayersFor resolves the kind, without its side effects: a kind some drafter of
+  // the pool takes target features for prefills whole.
+  const DrafterPoolInfo pool = drafts_->PoolInfo();
+  std::optional<DrafterKind> kind = r.spec_mode.kind();
+  if (r.spec_mode == SpecMode::Auto()) kind = pool.default_kind;
+  if (!kind.has_value()) return true;
+  for (const auto& [needs_kind, needs] : pool.feature_needs) {
+    if (needs_kind == *kind) return false;
+  }
+  return true;
+}
+
 int Engine::FrontPagesIfAdmissible() const {
   if (queue_.empty() || static_cast<int>(running_.size()) >= options_.max_batch) return 0;
   const GenerationRequest& r = queue_.front()->request;
-  // Worst case: whole prompt + output + the largest tree this request may verify.
-  const int need =
-      PagesFor(static_cast<int>(r.prompt.size()) + *r.max_new_tokens + r.spec.tree_budget + 1);
+  const PagedKvCache& kv = model_->kv_cache();
+  // Admitted when the free pages (cached ones no request holds included: they are evicted on
+  // demand) cover what every running request may still take beside its worst case, counting a
+  // page that several requests share once. The front's cached prefix pages that some request
+  // holds cost it nothing.
+  int growth = 0;
+  for (const auto& a : running_) {
+    if (!a->done) growth += std::max(0, a->pages - kv.num_reserved_slots(a->seq) / kv.page_size());
+  }
+  const int need = WorstPages(r);
+  const int shared = ReusesPrefix(r) ? kv.HeldCachedPrefixPages(r.prompt) : 0;
   // Otherwise it waits for pages to free up.
-  return pages_promised_ + need <= model_->kv_cache().num_pages() ? need : 0;
+  return kv.free_pages() - growth >= need - shared ? need : 0;
 }
 
 void Engine::Admit() {
@@ -482,10 +514,17 @@ void Engine::Admit() {
       a = std::move(queue_.front());
       queue_.pop_front();
       a->pages = need;
-      pages_promised_ += need;
       running_count_ = static_cast<int>(running_.size()) + 1;
     }
     a->seq = model_->CreateSequence();
+    a->context = a->request.prompt;
+    if (ReusesPrefix(a->request)) {
+      a->cache_queried = true;
+      // Its prefill starts after the cached prefix (never the whole prompt: the last token's
+      // logits are computed).
+      a->cached_tokens = model_->kv_cache().AttachCachedPrefix(a->seq, a->request.prompt);
+      a->committed_len = a->cached_tokens;
+    }
     a->output =
         std::make_unique<OutputProcessor>(a->request, tokenizer_, model_->config().eos_token_ids);
     if (!a->request.spec_mode.off() && drafts_ != nullptr) {
@@ -729,8 +768,9 @@ std::vector<SeqTree> Engine::BuildBatch(const std::vector<Active*>& members) {
     t.seq = a->seq;
     t.committed_len = a->committed_len;
     if (!a->prefilled) {
-      // The prompt is one chain tree beside the other requests' verify trees.
-      t.tokens = a->request.prompt;
+      // The prompt (after its cached prefix) is one chain tree beside the other requests'
+      // verify trees.
+      t.tokens.assign(a->request.prompt.begin() + a->cached_tokens, a->request.prompt.end());
       t.parents.resize(t.tokens.size());
       std::iota(t.parents.begin(), t.parents.end(), -1);
     } else {
@@ -755,7 +795,7 @@ void Engine::SelectTrees(const std::vector<Active*>& members, std::vector<Drafte
     const Active& a = *members[i];
     if (!a.prefilled) {
       ++prefill.sequences;
-      prefill.rows += static_cast<int64_t>(a.request.prompt.size());
+      prefill.rows += static_cast<int64_t>(a.request.prompt.size()) - a.cached_tokens;
       continue;
     }
     candidates.push_back(
@@ -853,8 +893,9 @@ void Engine::ApplyResult(Active& a, const SeqTree& t, StepResult result, const S
   a.stats.forward_ms += timing.forward_ms;
   a.stats.host_ms += timing.build_ms;
   std::vector<int32_t> emitted = std::move(result.emitted);
+  a.context.insert(a.context.end(), emitted.begin(), emitted.end());
   if (!a.prefilled) {
-    a.committed_len = static_cast<int>(t.tokens.size());
+    a.committed_len += static_cast<int>(t.tokens.size());
     a.prefilled = true;
     a.step = 0;  // the drafter's first tree answers commit 0 (the first bonus)
   } else {
@@ -948,6 +989,8 @@ void Engine::CommitToDrafter(Active& a, std::vector<int32_t> emitted, TargetFeat
 
 void Engine::Finish(Active& a, GenerationUpdate update) {
   update.prompt_tokens = static_cast<int>(a.request.prompt.size());
+  update.cached_tokens = a.cached_tokens;
+  update.cache_queried_tokens = a.cache_queried ? update.prompt_tokens : 0;
   update.completion_tokens = a.output ? a.output->completion_tokens() : 0;
   update.stats = a.stats;
   update.elapsed_ms = absl::ToDoubleMilliseconds(absl::Now() - a.start);
@@ -970,11 +1013,18 @@ void Engine::Finish(Active& a, GenerationUpdate update) {
 void Engine::Release(Active& a) {
   if (a.done) return;
   a.done = true;
-  if (a.seq != 0) model_->FreeSequence(a.seq);
+  if (a.seq != 0) {
+    // Its committed tokens' K/V are final: the full pages of them stay for later requests
+    // (a conversation's next turn holds this prompt and this answer).
+    if (options_.prefix_cache) {
+      model_->kv_cache().CachePages(a.seq,
+                                    absl::MakeConstSpan(a.context).subspan(0, a.committed_len));
+    }
+    model_->FreeSequence(a.seq);
+  }
   a.draft.reset();
   a.unopened.reset();
   a.sink.reset();
-  pages_promised_ -= a.pages;
 }
 
 void Engine::RemoveFinished() {

@@ -50,6 +50,11 @@ struct EngineOptions {
   // With a step-cost model: whether auto requests may ask for no tree (SpeculationGate). Off,
   // they always ask — for tests and measurements of the tree selection alone.
   bool speculation_gate = true;
+  // Prefix cache (--prefix_cache; PagedKvCache): a finished request leaves its full pages of
+  // final tokens (prompt and output) cached, and a new request reuses the longest cached
+  // prefix of its prompt and prefills only the rest. Requests whose drafter takes the target's
+  // features prefill whole (those features are not cached yet).
+  bool prefix_cache = true;
 };
 
 // Flag-level checks (the message names the flag); the engine assumes options that pass.
@@ -106,9 +111,11 @@ struct StepCostStats {
 struct EngineSnapshot {
   int running = 0;
   int queued = 0;
-  int kv_pages_free = 0;
+  int kv_pages_free = 0;  // free and evictable (cached, unheld) pages
   int kv_pages_total = 0;
   int kv_page_size = 0;
+  int kv_pages_cached = 0;                 // in the prefix cache, held or not
+  int64_t kv_pages_evicted = 0;            // cached pages evicted so far
   std::optional<StepCostStats> step_cost;  // with a step-cost model
 };
 
@@ -170,6 +177,11 @@ class Engine {
   bool WaitsForDraft(const Active& a) const;
   // KV pages the front of the queue needs if it can be admitted now, else 0. Needs mu_.
   int FrontPagesIfAdmissible() const;
+  // Pages `r` takes at most: its prompt, output and largest tree.
+  int WorstPages(const GenerationRequest& r) const;
+  // Whether `r` reuses cached prefix pages: the prefix cache is on and its drafter kind takes
+  // no target features.
+  bool ReusesPrefix(const GenerationRequest& r) const;
   void DropCancelled();
   // Blocks until enough requests can be verified (DESIGN §2 overlap) and returns them.
   std::vector<Active*> WaitForReady();
@@ -248,7 +260,6 @@ class Engine {
   // When the last step's forward ended; InfinitePast after an idle spell (engine thread).
   absl::Time last_step_end_ = absl::InfinitePast();
   StepCostStats step_cost_stats_;  // guarded by mu_
-  int pages_promised_ = 0;         // worst-case pages of running requests (engine thread)
   std::thread thread_;
 };
 

@@ -227,6 +227,88 @@ TEST_F(EngineTest, DraftModelSpeculationMatchesPlainChainAndTree) {
   }
 }
 
+// The prefix cache: a conversation's next turn (the previous prompt, its answer, new text)
+// reuses the cached pages of what came before and prefills only the rest, and its output is
+// the cold output token for token — speculation off and on, greedy and sampled. A prompt that
+// is cached whole, or ends on a page boundary, still computes its last token.
+TEST_F(EngineTest, PrefixCacheHitsGiveTheColdOutput) {
+  NgramDrafterFactory ngram{NgramOptions()};
+  LocalDraftSource drafts(&ngram);
+  EngineOptions cold_options;
+  cold_options.prefix_cache = false;
+  for (const SpecMode mode : {SpecMode::Off(), SpecMode::Of(DrafterKind::kNgram)}) {
+    for (float temperature : {0.0f, 0.8f}) {
+      LmOptions lm;
+      lm.max_batch = 4;
+      auto fresh = LoadCpuCausalLm(*target_dir_, lm);
+      ASSERT_TRUE(fresh.ok()) << fresh.status();
+      Engine warm(fresh->get(), nullptr, &drafts, EngineOptions());
+      GenerationRequest first = Request(Prompt(7), mode, 40);  // 60 prompt tokens
+      first.sampling.temperature = temperature;
+      first.sampling.seed = 5;
+      const GenerationUpdate one = RunToEnd(warm, first);
+      ASSERT_TRUE(one.status.ok()) << one.status;
+      EXPECT_EQ(one.cached_tokens, 0);
+
+      GenerationRequest turn = first;
+      turn.prompt.insert(turn.prompt.end(), one.token_ids.begin(), one.token_ids.end());
+      for (int32_t t : Prompt(8, 10)) turn.prompt.push_back(t);
+      const int page = (*fresh)->kv_cache().page_size();
+      for (const GenerationRequest& r : {turn, first}) {
+        const GenerationUpdate hit = RunToEnd(warm, r);
+        ASSERT_TRUE(hit.status.ok()) << hit.status;
+        // Every full page of the first turn's committed tokens (its prompt and all but its
+        // last token) is reused; a prompt cached whole keeps its last page's token to compute.
+        const int reusable = static_cast<int>(r.prompt.size()) == 60 ? (60 - 1) / page * page
+                                                                     : (60 + 40 - 1) / page * page;
+        EXPECT_EQ(hit.cached_tokens, reusable) << "prompt " << r.prompt.size();
+        Engine cold(target_.get(), nullptr, &drafts, cold_options);
+        const GenerationUpdate want = RunToEnd(cold, r);
+        ASSERT_TRUE(want.status.ok()) << want.status;
+        EXPECT_EQ(want.cached_tokens, 0);
+        EXPECT_THAT(hit.token_ids, ElementsAreArray(want.token_ids))
+            << "speculation " << !mode.off() << " temperature " << temperature << " prompt "
+            << r.prompt.size();
+      }
+    }
+  }
+}
+
+// More distinct prefixes than the pool holds: every request completes, cached pages are
+// evicted for new ones, and a held page never is (requests sharing a prefix run together).
+TEST_F(EngineTest, PrefixCacheUnderPagePressureCompletesEveryRequest) {
+  LmOptions lm;
+  lm.max_batch = 4;
+  lm.kv_pages = 24;  // 384 slots; each request takes up to 6 pages
+  auto model = LoadCpuCausalLm(*target_dir_, lm);
+  ASSERT_TRUE(model.ok()) << model.status();
+  Engine engine(model->get(), nullptr, nullptr, EngineOptions());
+  Engine cold(target_.get(), nullptr, nullptr, [] {
+    EngineOptions o;
+    o.prefix_cache = false;
+    return o;
+  }());
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 12; ++i) {
+    // Pairs of requests share a 48-token prefix; the pairs differ.
+    GenerationRequest r = Request(Prompt(100 + i / 2, 32), SpecMode::Off(), 24);
+    r.prompt.push_back(3 + i);
+    r.id = absl::StrCat("r", i);
+    requests.push_back(r);
+    sinks.push_back(std::make_shared<RecordingSink>());
+    ASSERT_TRUE(engine.Submit(r, sinks.back()).ok());
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ASSERT_TRUE(sinks[i]->Wait()) << i;
+    const GenerationUpdate last = sinks[i]->final_update();
+    ASSERT_TRUE(last.status.ok()) << i << ": " << last.status;
+    EXPECT_THAT(sinks[i]->ids(), ElementsAreArray(RunToEnd(cold, requests[i]).token_ids)) << i;
+  }
+  EXPECT_LE((*model)->kv_cache().cached_pages(), 24);
+  EXPECT_EQ((*model)->kv_cache().free_pages(), 24);  // all released, the cached ones evictable
+}
+
 // An MLA + MoE target (DeepSeek-V3's blocks): speculation with the ngram drafter and with the
 // target drafting for itself (its latent KV cache on both sides) equals speculation off, greedy
 // and sampled; self-drafting's greedy chain is accepted whole.

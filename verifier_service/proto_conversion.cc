@@ -130,6 +130,7 @@ v1::GenerateResponse ToProto(const GenerationUpdate& update, const std::string& 
   out.set_finish_reason(ToProtoReason(update.finish_reason));
   out.mutable_usage()->set_prompt_tokens(update.prompt_tokens);
   out.mutable_usage()->set_completion_tokens(update.completion_tokens);
+  out.mutable_usage()->set_cached_tokens(update.cached_tokens);
   out.set_elapsed_ms(update.elapsed_ms);
   const SpecStats& s = update.stats;
   v1::SpeculationStats* p = out.mutable_speculation();

@@ -109,6 +109,8 @@ struct GenerationUpdate {
   FinishReason finish_reason = FinishReason::kNone;
   absl::Status status;  // not OK: the request failed (finished is set too)
   int prompt_tokens = 0;
+  int cached_tokens = 0;         // of the prompt, reused from the prefix cache (not prefilled)
+  int cache_queried_tokens = 0;  // the prompt's tokens when it was looked up in that cache
   int completion_tokens = 0;
   SpecStats stats;
   double elapsed_ms = 0;

@@ -3,7 +3,10 @@
 // for counters, _seconds for times).
 //   gauges, read from the engine at scrape time:
 //     treespec_requests_running, treespec_requests_queued,
-//     treespec_kv_cache_pages, treespec_kv_cache_utilization (used / all pages, 0..1)
+//     treespec_kv_cache_pages, treespec_kv_cache_utilization (used / all pages, 0..1; pages
+//     only the prefix cache holds count as unused: they are evicted on demand),
+//     treespec_prefix_cache_pages (pages in the prefix cache, held or not),
+//     treespec_prefix_cache_evicted_pages_total (counter: cached pages evicted for new ones)
 //   with a step-cost model (EngineOptions::step_cost), also read at scrape time:
 //     treespec_step_cost_ratio (histogram of measured / predicted forward time per verify
 //       step: its median is the model's bias), treespec_step_cost_predicted_seconds_total and
@@ -24,6 +27,8 @@
 //   counters, added when a request ends:
 //     treespec_requests_total{reason} (finish reason, or "error"),
 //     treespec_prompt_tokens_total, treespec_generation_tokens_total,
+//     treespec_prefix_cache_queried_tokens_total, treespec_prefix_cache_hit_tokens_total
+//       (prompt tokens looked up in the prefix cache, and those reused from it),
 //     treespec_verify_step_seconds_total{part = draft_wait | forward | host} (each request's
 //       steps, so a batched step counts once per request in it),
 //     treespec_spec_verify_steps_total, treespec_spec_fallback_steps_total (steps without a
@@ -81,6 +86,8 @@ class ServingMetrics final : public prometheus::Collectable {
   prometheus::Counter* session_reopens_;
   prometheus::Family<prometheus::Counter>* requests_;
   prometheus::Counter* prompt_tokens_;
+  prometheus::Counter* cache_queried_tokens_;
+  prometheus::Counter* cache_hit_tokens_;
   prometheus::Counter* generation_tokens_;
   prometheus::Family<prometheus::Counter>* step_seconds_;
   prometheus::Counter* verify_steps_;

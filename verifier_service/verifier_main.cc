@@ -54,6 +54,10 @@ ABSL_FLAG(std::string, device, "auto",
 ABSL_FLAG(int, tp, 1, "tensor-parallel ranks (one GPU each over NCCL; threads on the CPU)");
 ABSL_FLAG(int, max_batch, 16, "requests verified together per step");
 ABSL_FLAG(int, max_queue, 1024, "waiting requests beyond this get RESOURCE_EXHAUSTED");
+ABSL_FLAG(std::string, prefix_cache, "on",
+          "on: finished requests leave their full KV pages cached and a new request reuses "
+          "its longest cached prompt prefix (requests whose drafter takes target features "
+          "prefill whole); off: every prompt is prefilled whole");
 ABSL_FLAG(int, kv_pages, 0, "KV-cache pages; 0 = max_batch full contexts");
 ABSL_FLAG(int, kv_page_size, 16, "tokens per KV-cache page");
 ABSL_FLAG(int, context_length, 0, "served context; 0 = the model's max_position_embeddings");
@@ -219,6 +223,12 @@ int Main(int argc, char** argv) {
   opts.default_max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
   opts.max_new_tokens_limit = absl::GetFlag(FLAGS_max_new_tokens_limit);
   opts.draft_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_draft_timeout_ms));
+  const std::string prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
+  if (prefix_cache != "on" && prefix_cache != "off") {
+    TS_LOG(kError, "--prefix_cache=%s: want on or off", prefix_cache);
+    return 2;
+  }
+  opts.prefix_cache = prefix_cache == "on";
   if (absl::Status valid = treespec::ValidateEngineOptions(opts); !valid.ok()) {
     TS_LOG(kError, "%s", std::string(valid.message()));
     return 2;

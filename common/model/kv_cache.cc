@@ -66,6 +66,11 @@ int PagedKvCache::cached_pages() const {
   return index_.size();
 }
 
+int64_t PagedKvCache::evicted_pages() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return evicted_;
+}
+
 int PagedKvCache::evictable_pages() const {
   std::lock_guard<std::mutex> lock(mu_);
   return static_cast<int>(evictable_.size());
@@ -104,6 +109,7 @@ absl::Status PagedKvCache::Reserve(SeqId seq, int num_slots) {
       page = evictable_.front();
       evictable_.pop_front();
       index_.Erase(page);
+      ++evicted_;
     }
     index_.NewGeneration(page);  // new contents: cached pages after the old ones stop matching
     holders_[page] = 1;
@@ -142,10 +148,9 @@ void PagedKvCache::Free(SeqId seq) {
   tables_.erase(it);
 }
 
-int PagedKvCache::AttachCachedPrefix(SeqId seq, absl::Span<const int32_t> tokens) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = tables_.find(seq);
-  if (it == tables_.end() || !it->second.empty() || tokens.empty()) return 0;
+std::vector<int> PagedKvCache::MatchPrefix(absl::Span<const int32_t> tokens) const {
+  std::vector<int> pages;
+  if (tokens.empty()) return pages;
   const size_t full = (tokens.size() - 1) / page_size_;  // the last token stays uncached
   uint64_t key = PrefixIndex::kRootKey;
   int parent = -1;
@@ -154,11 +159,28 @@ int PagedKvCache::AttachCachedPrefix(SeqId seq, absl::Span<const int32_t> tokens
     key = PrefixIndex::Key(key, page_tokens);
     const int page = index_.Find(key, parent, page_tokens);
     if (page < 0) break;
-    if (holders_[page]++ == 0) evictable_.erase(evictable_at_[page]);
-    it->second.push_back(page);
+    pages.push_back(page);
     parent = page;
   }
+  return pages;
+}
+
+int PagedKvCache::AttachCachedPrefix(SeqId seq, absl::Span<const int32_t> tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = tables_.find(seq);
+  if (it == tables_.end() || !it->second.empty()) return 0;
+  for (const int page : MatchPrefix(tokens)) {
+    if (holders_[page]++ == 0) evictable_.erase(evictable_at_[page]);
+    it->second.push_back(page);
+  }
   return static_cast<int>(it->second.size()) * page_size_;
+}
+
+int PagedKvCache::HeldCachedPrefixPages(absl::Span<const int32_t> tokens) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int held = 0;
+  for (const int page : MatchPrefix(tokens)) held += holders_[page] > 0 ? 1 : 0;
+  return held;
 }
 
 void PagedKvCache::CachePages(SeqId seq, absl::Span<const int32_t> tokens) {

@@ -78,6 +78,8 @@ class PagedKvCache {
   // Pages in the prefix cache (held or not) and those of them no sequence holds.
   int cached_pages() const;
   int evictable_pages() const;
+  // Cached pages evicted for new contents since the start.
+  int64_t evicted_pages() const;
 
   SeqId CreateSequence();
   // Ensures slots [0, num_slots) of `seq` have pages. RESOURCE_EXHAUSTED when the pool is out.
@@ -92,6 +94,9 @@ class PagedKvCache {
   // logits must be computed). Returns the number of tokens attached (a multiple of the page
   // size); their slots are filled and final.
   int AttachCachedPrefix(SeqId seq, absl::Span<const int32_t> tokens);
+  // How many of the pages AttachCachedPrefix would attach for `tokens` some sequence holds now
+  // (attaching those takes no free page).
+  int HeldCachedPrefixPages(absl::Span<const int32_t> tokens) const;
   // Adds the full pages of `seq` among its first tokens.size() slots, which hold `tokens` and
   // whose K/V are final, to the prefix cache. Pages whose contents are cached already (another
   // sequence computed the same prefix) stay out, and are freed as usual.
@@ -105,6 +110,8 @@ class PagedKvCache {
  private:
   // Drops one holder of `page`: an unheld cached page becomes evictable, another one free.
   void Release(int page);  // requires mu_
+  // The cached pages holding whole pages of `tokens` from its start, all but its last token.
+  std::vector<int> MatchPrefix(absl::Span<const int32_t> tokens) const;  // requires mu_
 
   const int num_pages_;
   const int page_size_;
@@ -116,6 +123,7 @@ class PagedKvCache {
   PrefixIndex index_;
   std::list<int> evictable_;  // unheld cached pages, least recently released first
   std::vector<std::list<int>::iterator> evictable_at_;  // [num_pages] valid when evictable
+  int64_t evicted_ = 0;
 };
 
 // Checks a path for CommitPath (starts at node 0, strictly increasing, within the sequence's

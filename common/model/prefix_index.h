@@ -57,7 +57,7 @@ class PrefixIndex {
     std::vector<int32_t> tokens;  // [page_size]
   };
   absl::flat_hash_map<uint64_t, int> by_key_;
-  std::vector<Entry> entries_;         // [num_pages]
+  std::vector<Entry> entries_;        // [num_pages]
   std::vector<uint32_t> generation_;  // [num_pages]
 };
 

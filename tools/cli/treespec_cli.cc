@@ -164,10 +164,11 @@ Result RunOne(const Verifier& verifier, const v1::GenerateRequest& request,
 std::string StatsLine(const v1::GenerateResponse& last, double wall_ms) {
   const v1::SpeculationStats& s = last.speculation();
   const int completion = last.usage().completion_tokens();
-  std::string line = absl::StrFormat("[%d prompt + %d new tokens, %.1f ms, %.1f tok/s, finish %s",
-                                     last.usage().prompt_tokens(), completion, wall_ms,
-                                     wall_ms > 0 ? completion * 1e3 / wall_ms : 0.0,
-                                     v1::FinishReason_Name(last.finish_reason()));
+  std::string line = absl::StrFormat(
+      "[%d prompt (%d cached) + %d new tokens, %.1f ms, %.1f tok/s, "
+      "finish %s",
+      last.usage().prompt_tokens(), last.usage().cached_tokens(), completion, wall_ms,
+      wall_ms > 0 ? completion * 1e3 / wall_ms : 0.0, v1::FinishReason_Name(last.finish_reason()));
   if (s.steps() > 0) {
     std::vector<std::string> per_depth;
     for (int64_t a : s.accepted_per_depth()) {
@@ -273,6 +274,7 @@ int GenerateMany(const Verifier& verifier, v1::SpeculationMode mode) {
     }
     requests.push_back({{"prompt_index", i},
                         {"completion_tokens", r.last.usage().completion_tokens()},
+                        {"cached_tokens", r.last.usage().cached_tokens()},
                         {"wall_ms", r.wall_ms},
                         {"ttft_ms", r.ttft_ms},
                         {"steps", s.steps()},
