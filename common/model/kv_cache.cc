@@ -28,12 +28,14 @@ float* KvPool::K(int layer, int page, int offset) {
   return k_[layer].data() + SlotIndex(page, offset) * layers_[layer].k_width;
 }
 float* KvPool::V(int layer, int page, int offset) {
+  if (layers_[layer].v_width == 0) return nullptr;  // no V in this layer (MLA)
   return v_[layer].data() + SlotIndex(page, offset) * layers_[layer].v_width;
 }
 const float* KvPool::K(int layer, int page, int offset) const {
   return k_[layer].data() + SlotIndex(page, offset) * layers_[layer].k_width;
 }
 const float* KvPool::V(int layer, int page, int offset) const {
+  if (layers_[layer].v_width == 0) return nullptr;
   return v_[layer].data() + SlotIndex(page, offset) * layers_[layer].v_width;
 }
 
@@ -41,7 +43,9 @@ void KvPool::CopySlot(int src_page, int src_offset, int dst_page, int dst_offset
   for (size_t layer = 0; layer < layers_.size(); ++layer) {
     const int l = static_cast<int>(layer);
     std::copy_n(K(l, src_page, src_offset), layers_[layer].k_width, K(l, dst_page, dst_offset));
-    std::copy_n(V(l, src_page, src_offset), layers_[layer].v_width, V(l, dst_page, dst_offset));
+    if (layers_[layer].v_width > 0) {
+      std::copy_n(V(l, src_page, src_offset), layers_[layer].v_width, V(l, dst_page, dst_offset));
+    }
   }
 }
 

@@ -38,7 +38,7 @@ class KvPool {
   // Every layer [num_kv_heads × head_dim] for K and V.
   KvPool(int num_layers, int num_pages, int page_size, int num_kv_heads, int head_dim);
 
-  // K (or V) of one slot: [k_width] ([v_width]; V is not addressable when v_width is 0).
+  // K (or V) of one slot: [k_width] ([v_width]; V is null when v_width is 0).
   float* K(int layer, int page, int offset);
   float* V(int layer, int page, int offset);
   const float* K(int layer, int page, int offset) const;
