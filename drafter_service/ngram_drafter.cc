@@ -5,17 +5,15 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/util/mix64.h"
 #include "drafter_service/ddtree.h"
 
 namespace treespec {
 namespace {
 
-// splitmix64 finaliser: cheap and well mixed.
+// The running hash `h` extended by `token`.
 uint64_t Mix(uint64_t h, int32_t token) {
-  uint64_t x = h ^ (static_cast<uint64_t>(static_cast<uint32_t>(token)) + 0x9e3779b97f4a7c15ull);
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
+  return Mix64(h ^ (static_cast<uint64_t>(static_cast<uint32_t>(token)) + kGolden64));
 }
 
 // Continuations merged into a trie; node 0 is the bonus. Keys are node indices.

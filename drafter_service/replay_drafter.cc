@@ -7,24 +7,21 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/util/log.h"
+#include "common/util/mix64.h"
 #include "nlohmann/json.hpp"
 
 namespace treespec {
 namespace {
 
-uint64_t Mix64(uint64_t x) {  // splitmix64's finalizer
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+// One splitmix64 step: advance by the golden increment, then mix.
+uint64_t Step64(uint64_t x) { return Mix64(x + kGolden64); }
 
 // A uniform 64-bit value keyed by (seed, record, position, child, what).
 uint64_t Draw(uint64_t seed, int record, int64_t position, int child, int what) {
-  uint64_t h = Mix64(seed);
+  uint64_t h = Step64(seed);
   for (const uint64_t v : {static_cast<uint64_t>(record), static_cast<uint64_t>(position),
                            static_cast<uint64_t>(child), static_cast<uint64_t>(what)}) {
-    h = Mix64(h ^ v);
+    h = Step64(h ^ v);
   }
   return h;
 }

@@ -2,19 +2,9 @@
 
 #include <algorithm>
 
+#include "common/util/mix64.h"
+
 namespace treespec {
-namespace {
-
-uint64_t Mix64(uint64_t x) {  // splitmix64's finalizer
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
-
-}  // namespace
 
 uint64_t PrefixIndex::Key(uint64_t parent_key, absl::Span<const int32_t> tokens) {
   uint64_t h = Mix64(parent_key);

@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "common/model/safetensors.h"
 #include "common/model/weights.h"
+#include "common/util/mix64.h"
 #include "common/util/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -33,15 +34,6 @@ double ShortestDouble(float f) {
   auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), f);
   *end = '\0';
   return std::strtod(buf, nullptr);
-}
-
-uint64_t Mix64(uint64_t x) {  // splitmix64 finalizer
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
 }
 
 uint64_t TensorKey(uint64_t seed, const std::string& name) {
