@@ -76,6 +76,12 @@ struct Engine::Active {
 
 namespace {
 
+// The drafter kind a session of `mode` lands on in `pool`: the kind asked for, or for AUTO the
+// pool's default (none for OFF, or AUTO without a default).
+std::optional<DrafterKind> KindOf(const SpecMode& mode, const DrafterPoolInfo& pool) {
+  return mode == SpecMode::Auto() ? pool.default_kind : mode.kind();
+}
+
 absl::Status InvalidArgument(const std::string& message) {
   return absl::InvalidArgumentError(message);
 }
@@ -258,7 +264,7 @@ absl::Status Engine::Validate(GenerationRequest& r) const {
     r.spec_mode = SpecMode::Off();
   }
   if (absl::Status s = ValidateSpeculation(r); !s.ok()) return s;
-  const int need = PagesFor(prompt_len + *r.max_new_tokens + r.spec.tree_budget + 1);
+  const int need = WorstPages(r);
   if (need > model_->kv_cache().num_pages()) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "request needs ", need, " KV-cache pages but the cache has ",
@@ -477,8 +483,7 @@ bool Engine::ReusesPrefix(const GenerationRequest& r) const {
   // As FeatureLayersFor resolves the kind, without its side effects: a kind some drafter of
   // the pool takes target features for prefills whole.
   const DrafterPoolInfo pool = drafts_->PoolInfo();
-  std::optional<DrafterKind> kind = r.spec_mode.kind();
-  if (r.spec_mode == SpecMode::Auto()) kind = pool.default_kind;
+  const std::optional<DrafterKind> kind = KindOf(r.spec_mode, pool);
   if (!kind.has_value()) return true;
   for (const auto& [needs_kind, needs] : pool.feature_needs) {
     if (needs_kind == *kind) return false;
@@ -486,7 +491,7 @@ bool Engine::ReusesPrefix(const GenerationRequest& r) const {
   return true;
 }
 
-int Engine::FrontPagesIfAdmissible() const {
+int Engine::FrontPagesIfAdmissible(bool* reuses_prefix) const {
   if (queue_.empty() || static_cast<int>(running_.size()) >= options_.max_batch) return 0;
   const GenerationRequest& r = queue_.front()->request;
   const PagedKvCache& kv = model_->kv_cache();
@@ -498,18 +503,24 @@ int Engine::FrontPagesIfAdmissible() const {
   for (const auto& a : running_) {
     if (!a->done) growth += std::max(0, a->pages - kv.num_reserved_slots(a->seq) / kv.page_size());
   }
-  const int need = WorstPages(r);
-  const int shared = ReusesPrefix(r) ? kv.HeldCachedPrefixPages(r.prompt) : 0;
+  const int need = WorstPages(r), room = kv.free_pages() - growth;
+  const bool reuses = ReusesPrefix(r);
+  if (reuses_prefix != nullptr) *reuses_prefix = reuses;
+  if (room >= need) return need;
+  // Only short of room does the prompt's cached prefix get looked up (hashing the prompt).
+  const int shared = reuses ? kv.HeldCachedPrefixPages(r.prompt) : 0;
   // Otherwise it waits for pages to free up.
-  return kv.free_pages() - growth >= need - shared ? need : 0;
+  return room >= need - shared ? need : 0;
 }
 
 void Engine::Admit() {
   while (true) {
     std::unique_ptr<Active> a;
+    bool reuses = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      const int need = FrontPagesIfAdmissible();
+      // Whether it reuses cached pages is decided with the admission that counted on it.
+      const int need = FrontPagesIfAdmissible(&reuses);
       if (need == 0) break;
       a = std::move(queue_.front());
       queue_.pop_front();
@@ -518,7 +529,7 @@ void Engine::Admit() {
     }
     a->seq = model_->CreateSequence();
     a->context = a->request.prompt;
-    if (ReusesPrefix(a->request)) {
+    if (reuses) {
       a->cache_queried = true;
       // Its prefill starts after the cached prefix (never the whole prompt: the last token's
       // logits are computed).
@@ -564,8 +575,7 @@ void Engine::OpenDraft(Active& a, const DraftOpenParams& open) {
 
 std::vector<int> Engine::FeatureLayersFor(SpecMode& mode) {
   const DrafterPoolInfo pool = drafts_->PoolInfo();
-  std::optional<DrafterKind> kind = mode.kind();
-  if (mode == SpecMode::Auto()) kind = pool.default_kind;
+  const std::optional<DrafterKind> kind = KindOf(mode, pool);
   if (!kind.has_value()) return {};
   // Every layer some drafter of the kind trained for this target reads: the session lands on
   // one of them, and each keeps its own layers of the rows.

@@ -175,8 +175,10 @@ class Engine {
   void OpenDraft(Active& active, const DraftOpenParams& open);
   // Whether a step should wait (up to the deadline) for this request's draft.
   bool WaitsForDraft(const Active& a) const;
-  // KV pages the front of the queue needs if it can be admitted now, else 0. Needs mu_.
-  int FrontPagesIfAdmissible() const;
+  // KV pages the front of the queue needs if it can be admitted now, else 0; `reuses_prefix`,
+  // when given, gets whether the admission counted on it reusing cached prefix pages
+  // (ReusesPrefix), which the caller must then attach. Needs mu_.
+  int FrontPagesIfAdmissible(bool* reuses_prefix = nullptr) const;
   // Pages `r` takes at most: its prompt, output and largest tree.
   int WorstPages(const GenerationRequest& r) const;
   // Whether `r` reuses cached prefix pages: the prefix cache is on and its drafter kind takes
