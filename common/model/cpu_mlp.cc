@@ -20,8 +20,8 @@ void GatedMlp(const DenseMlpWeights& w, const float* x, int rows, int hidden, in
   MatMul(s.gate.data(), w.w_down.data(), rows, hidden, width, y);  // [rows, hidden]
 }
 
-void MoeMlp(const ModelConfig& config, const MoeWeights& w, const TpRankPlan& plan,
-            const float* h, int m, MlpScratch& s, float* out) {
+void MoeMlp(const ModelConfig& config, const MoeWeights& w, const TpRankPlan& plan, const float* h,
+            int m, MlpScratch& s, float* out) {
   const MoeConfig& e = config.moe;
   const int hidden = config.hidden_size, k = e.experts_per_token;
   s.logits.resize(static_cast<size_t>(m) * e.num_experts);
@@ -34,32 +34,32 @@ void MoeMlp(const ModelConfig& config, const MoeWeights& w, const TpRankPlan& pl
 
   std::fill(out, out + static_cast<size_t>(m) * hidden, 0.0f);
   const auto [begin, end] = plan.MlpColumns(e.expert_intermediate_size);
-  // Experts in increasing index: every row adds its experts' outputs in that order.
-  for (int x = 0; x < e.num_experts && end > begin; ++x) {
-    s.rows.clear();
+  if (end > begin) {
+    s.routed.resize(e.num_experts);
+    for (auto& rows : s.routed) rows.clear();
     for (int i = 0; i < m; ++i) {
       for (int j = 0; j < k; ++j) {
-        if (s.choices[static_cast<size_t>(i) * k + j].expert == x) s.rows.push_back(i);
+        const ExpertChoice& c = s.choices[static_cast<size_t>(i) * k + j];
+        s.routed[c.expert].push_back({i, c.weight});
       }
     }
-    if (s.rows.empty()) continue;
-    const int n = static_cast<int>(s.rows.size());
+  }
+  // Experts in increasing index: every row adds its experts' outputs in that order.
+  for (int x = 0; x < e.num_experts && end > begin; ++x) {
+    const std::vector<std::pair<int, float>>& rows = s.routed[x];
+    if (rows.empty()) continue;
+    const int n = static_cast<int>(rows.size());
     s.x.resize(static_cast<size_t>(n) * hidden);
     for (int r = 0; r < n; ++r) {
-      std::copy_n(h + static_cast<size_t>(s.rows[r]) * hidden, hidden,
+      std::copy_n(h + static_cast<size_t>(rows[r].first) * hidden, hidden,
                   s.x.begin() + static_cast<size_t>(r) * hidden);
     }
     s.y.resize(static_cast<size_t>(n) * hidden);
     GatedMlp(w.experts[x], s.x.data(), n, hidden, end - begin, s, s.y.data());
     for (int r = 0; r < n; ++r) {
-      const int i = s.rows[r];
-      float weight = 0.0f;
-      for (int j = 0; j < k; ++j) {
-        const ExpertChoice& c = s.choices[static_cast<size_t>(i) * k + j];
-        if (c.expert == x) weight = c.weight;
-      }
+      const float weight = rows[r].second;
       const float* y = s.y.data() + static_cast<size_t>(r) * hidden;
-      float* o = out + static_cast<size_t>(i) * hidden;
+      float* o = out + static_cast<size_t>(rows[r].first) * hidden;
       for (int c = 0; c < hidden; ++c) o[c] += weight * y[c];
     }
   }

@@ -5,6 +5,7 @@
 #ifndef TREESPEC_COMMON_MODEL_CPU_MLP_H_
 #define TREESPEC_COMMON_MODEL_CPU_MLP_H_
 
+#include <utility>
 #include <vector>
 
 #include "common/model/config.h"
@@ -16,13 +17,14 @@ namespace treespec {
 
 // Reusable buffers (no allocation once the largest batch has been seen).
 struct MlpScratch {
-  std::vector<float> gate;    // [rows, width]
-  std::vector<float> up;      // [rows, width]
-  std::vector<float> logits;  // [M, E] router logits
+  std::vector<float> gate;            // [rows, width]
+  std::vector<float> up;              // [rows, width]
+  std::vector<float> logits;          // [M, E] router logits
   std::vector<ExpertChoice> choices;  // [M, experts_per_token]
-  std::vector<int> rows;      // [≤ M] the rows routed to one expert
-  std::vector<float> x;       // [≤ M, hidden] those rows' inputs
-  std::vector<float> y;       // [≤ M, hidden] the expert's (partial) outputs
+  // [E] the rows routed to each expert (ascending) with their weights
+  std::vector<std::vector<std::pair<int, float>>> routed;
+  std::vector<float> x;  // [≤ M, hidden] those rows' inputs
+  std::vector<float> y;  // [≤ M, hidden] the expert's (partial) outputs
   RouterScratch router;
 };
 
@@ -34,8 +36,8 @@ void GatedMlp(const DenseMlpWeights& w, const float* x, int rows, int hidden, in
 // out [M, hidden] = Σ over each row's routed experts (ascending) of weight · expert(h), then
 // + shared_experts(h), over this rank's columns of every expert (TpRankPlan::MlpColumns).
 // The router runs on every rank on the same h and gives the same choices. h [M, hidden].
-void MoeMlp(const ModelConfig& config, const MoeWeights& w, const TpRankPlan& plan,
-            const float* h, int m, MlpScratch& scratch, float* out);
+void MoeMlp(const ModelConfig& config, const MoeWeights& w, const TpRankPlan& plan, const float* h,
+            int m, MlpScratch& scratch, float* out);
 
 }  // namespace treespec
 

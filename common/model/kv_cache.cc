@@ -200,10 +200,9 @@ void PagedKvCache::CachePages(SeqId seq, absl::Span<const int32_t> tokens) {
     key = PrefixIndex::Key(key, page_tokens);
     int indexed = index_.Find(key, parent, page_tokens);
     if (indexed < 0) {
-      if (index_.Contains(pages[i])) break;  // holds other tokens under another chain
-      index_.Insert(pages[i], key, parent, page_tokens);
-      indexed = index_.Find(key, parent, page_tokens);
-      if (indexed < 0) break;  // a key collision: the chain cannot go on from here
+      // A page indexed under another chain, or a key collision: the chain stops here.
+      if (index_.Contains(pages[i]) || !index_.Insert(pages[i], key, parent, page_tokens)) break;
+      indexed = pages[i];
     }
     parent = indexed;
   }

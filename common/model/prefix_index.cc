@@ -24,14 +24,15 @@ int PrefixIndex::Find(uint64_t key, int parent, absl::Span<const int32_t> tokens
   return it->second;
 }
 
-void PrefixIndex::Insert(int page, uint64_t key, int parent, absl::Span<const int32_t> tokens) {
-  if (!by_key_.emplace(key, page).second) return;
+bool PrefixIndex::Insert(int page, uint64_t key, int parent, absl::Span<const int32_t> tokens) {
+  if (!by_key_.emplace(key, page).second) return false;
   Entry& e = entries_[page];
   e.cached = true;
   e.key = key;
   e.parent = parent;
   e.parent_generation = parent >= 0 ? generation_[parent] : 0;
   e.tokens.assign(tokens.begin(), tokens.end());
+  return true;
 }
 
 void PrefixIndex::Erase(int page) {

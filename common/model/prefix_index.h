@@ -37,10 +37,10 @@ class PrefixIndex {
   int Find(uint64_t key, int parent, absl::Span<const int32_t> tokens) const;
   bool Contains(int page) const { return entries_[page].cached; }
 
-  // Indexes `page` as holding `tokens` after `parent` (-1: at the start). A key already
-  // indexed keeps its page (the caller found no match, so this is a collision: `page` simply
-  // stays out of the index).
-  void Insert(int page, uint64_t key, int parent, absl::Span<const int32_t> tokens);
+  // Indexes `page` as holding `tokens` after `parent` (-1: at the start); whether it did. A
+  // key already indexed keeps its page (the caller found no match, so this is a collision:
+  // `page` stays out of the index).
+  bool Insert(int page, uint64_t key, int parent, absl::Span<const int32_t> tokens);
   // Takes `page` out of the index (evicted); its children can no longer match.
   void Erase(int page);
   // `page` is about to hold new contents: entries naming it as their parent stop matching.
