@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <utility>
 
@@ -30,6 +31,10 @@ struct Engine::Active {
   std::vector<int32_t> context;  // the prompt, then every emitted token
   int32_t bonus = -1;            // the target's last choice, not yet in the cache
   bool prefilled = false;
+  // While prefilling: where this step's chunk of the prompt ends (PlanPrefill), and the
+  // captured features of the chunks before it, sent to the drafter with the first bonus.
+  int chunk_end = 0;
+  TargetFeatures prefill_features;
   int64_t step = 0;  // step of the last commit sent to the drafter
   absl::Time commit_sent;
   int timeouts = 0;  // consecutive steps without a draft in time
@@ -134,6 +139,10 @@ absl::Status ValidateEngineOptions(const EngineOptions& o) {
   if (o.max_new_tokens_limit > 0 && o.default_max_new_tokens > o.max_new_tokens_limit) {
     return bad(absl::StrCat("--max_new_tokens (", o.default_max_new_tokens,
                             ") must be <= --max_new_tokens_limit (", o.max_new_tokens_limit, ")"));
+  }
+  if (o.prefill_chunk < 0) {
+    return bad(absl::StrCat("--prefill_chunk must be >= 0 (got ", o.prefill_chunk,
+                            "); 0 = each prompt whole in one step"));
   }
   if (o.context_length < 0) {
     return bad(absl::StrCat("--context_length must be >= 0 (got ", o.context_length, ")"));
@@ -388,6 +397,8 @@ EngineSnapshot Engine::Snapshot() const {
   s.kv_page_size = model_->kv_cache().page_size();
   s.kv_pages_cached = model_->kv_cache().cached_pages();
   s.kv_pages_evicted = model_->kv_cache().evicted_pages();
+  s.prefill_steps = prefill_steps_;
+  s.prefill_chunks = prefill_chunks_;
   if (step_cost_.has_value()) s.step_cost = step_cost_stats_;
   return s;
 }
@@ -414,6 +425,7 @@ void Engine::Loop() {
     ready.erase(std::remove_if(ready.begin(), ready.end(), [](Active* a) { return a->done; }),
                 ready.end());
     if (ready.empty()) continue;
+    PlanPrefill(ready);
     for (Active* a : ready) a->stats.draft_wait_ms += wait_ms;
     const absl::Time step_start = absl::Now();
     const bool prefills = Step(ready);
@@ -650,6 +662,31 @@ std::vector<Engine::Active*> Engine::WaitForReady() {
   }
 }
 
+void Engine::PlanPrefill(std::vector<Active*>& members) {
+  const int chunk = options_.prefill_chunk;
+  int budget = chunk > 0 ? chunk : std::numeric_limits<int>::max();
+  int chunks = 0;
+  members.erase(std::remove_if(members.begin(), members.end(),
+                               [&](Active* a) {
+                                 if (a->prefilled) return false;
+                                 const int prompt = static_cast<int>(a->request.prompt.size());
+                                 const int end =
+                                     chunk > 0
+                                         ? std::min(prompt, (a->committed_len / chunk + 1) * chunk)
+                                         : prompt;
+                                 if (end - a->committed_len > budget) return true;
+                                 budget -= end - a->committed_len;
+                                 a->chunk_end = end;
+                                 ++chunks;
+                                 return false;
+                               }),
+                members.end());
+  if (chunks == 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  ++prefill_steps_;
+  prefill_chunks_ += chunks;
+}
+
 bool Engine::Step(const std::vector<Active*>& members) {
   const absl::Time step_start = absl::Now();
   const bool verify_only =
@@ -778,9 +815,10 @@ std::vector<SeqTree> Engine::BuildBatch(const std::vector<Active*>& members) {
     t.seq = a->seq;
     t.committed_len = a->committed_len;
     if (!a->prefilled) {
-      // The prompt (after its cached prefix) is one chain tree beside the other requests'
-      // verify trees.
-      t.tokens.assign(a->request.prompt.begin() + a->cached_tokens, a->request.prompt.end());
+      // The prompt's next chunk (after its cached prefix) is one chain tree beside the other
+      // requests' verify trees.
+      t.tokens.assign(a->request.prompt.begin() + a->committed_len,
+                      a->request.prompt.begin() + a->chunk_end);
       t.parents.resize(t.tokens.size());
       std::iota(t.parents.begin(), t.parents.end(), -1);
     } else {
@@ -805,7 +843,7 @@ void Engine::SelectTrees(const std::vector<Active*>& members, std::vector<Drafte
     const Active& a = *members[i];
     if (!a.prefilled) {
       ++prefill.sequences;
-      prefill.rows += static_cast<int64_t>(a.request.prompt.size()) - a.cached_tokens;
+      prefill.rows += a.chunk_end - a.committed_len;
       continue;
     }
     candidates.push_back(
@@ -902,10 +940,29 @@ void Engine::RecordSpecStats(Active& a, const SeqTree& t, int accepted) {
 void Engine::ApplyResult(Active& a, const SeqTree& t, StepResult result, const StepTiming& timing) {
   a.stats.forward_ms += timing.forward_ms;
   a.stats.host_ms += timing.build_ms;
+  if (!a.prefilled) {
+    a.committed_len += static_cast<int>(t.tokens.size());
+    // The prompt's pages are final: a request with the same prefix admitted while this one
+    // still runs shares them.
+    if (options_.prefix_cache) {
+      model_->kv_cache().CachePages(a.seq,
+                                    absl::MakeConstSpan(a.context).subspan(0, a.committed_len));
+    }
+    if (a.committed_len < static_cast<int>(a.request.prompt.size())) {
+      // A chunk before the prompt's end: the target's choice after it is not a token of the
+      // output; its features wait for the first bonus.
+      a.prefill_features.Append(result.features);
+      a.stats.host_ms += absl::ToDoubleMilliseconds(absl::Now() - timing.forward_end);
+      return;
+    }
+    if (a.prefill_features.rows > 0) {
+      a.prefill_features.Append(result.features);
+      result.features = std::exchange(a.prefill_features, TargetFeatures{});
+    }
+  }
   std::vector<int32_t> emitted = std::move(result.emitted);
   a.context.insert(a.context.end(), emitted.begin(), emitted.end());
   if (!a.prefilled) {
-    a.committed_len += static_cast<int>(t.tokens.size());
     a.prefilled = true;
     a.step = 0;  // the drafter's first tree answers commit 0 (the first bonus)
   } else {

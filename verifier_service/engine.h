@@ -55,6 +55,12 @@ struct EngineOptions {
   // prefix of its prompt and prefills only the rest. Requests whose drafter takes the target's
   // features prefill whole (those features are not cached yet).
   bool prefix_cache = true;
+  // Chunked prefill (--prefill_chunk): a prompt's uncached part is computed in chunks ending at
+  // multiples of this many tokens (absolute positions, so a prompt with a cached prefix computes
+  // the same chunks as a cold one), and a step takes at most this many prompt tokens in all
+  // beside the running requests' verify trees (the first prompt's chunk always fits), so no
+  // running stream waits for a whole long prefill. 0: each prompt whole in one step.
+  int prefill_chunk = 2048;
 };
 
 // Flag-level checks (the message names the flag); the engine assumes options that pass.
@@ -116,6 +122,8 @@ struct EngineSnapshot {
   int kv_page_size = 0;
   int kv_pages_cached = 0;                 // in the prefix cache, held or not
   int64_t kv_pages_evicted = 0;            // cached pages evicted so far
+  int64_t prefill_steps = 0;               // steps that computed prompt tokens
+  int64_t prefill_chunks = 0;              // prompt chunks computed (a whole prompt is one)
   std::optional<StepCostStats> step_cost;  // with a step-cost model
 };
 
@@ -187,6 +195,9 @@ class Engine {
   void DropCancelled();
   // Blocks until enough requests can be verified (DESIGN §2 overlap) and returns them.
   std::vector<Active*> WaitForReady();
+  // Gives each member still prefilling its next prompt chunk (EngineOptions::prefill_chunk), in
+  // admission order while the step's prompt-token budget lasts; the others sit this step out.
+  void PlanPrefill(std::vector<Active*>& members);
   // One verify step (prefill for new requests) over `members`: build the batch (taking each
   // request's draft), run it, apply each request's result. Whether it prefilled a prompt.
   bool Step(const std::vector<Active*>& members);
@@ -262,6 +273,8 @@ class Engine {
   // When the last step's forward ended; InfinitePast after an idle spell (engine thread).
   absl::Time last_step_end_ = absl::InfinitePast();
   StepCostStats step_cost_stats_;  // guarded by mu_
+  int64_t prefill_steps_ = 0;      // guarded by mu_
+  int64_t prefill_chunks_ = 0;     // guarded by mu_
   std::thread thread_;
 };
 

@@ -4,10 +4,12 @@
 #include "verifier_service/engine.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "common/model/causal_lm.h"
 #include "common/model/cpu_test_util.h"
 #include "drafter_service/draft_model_drafter.h"
@@ -272,6 +274,138 @@ TEST_F(EngineTest, PrefixCacheHitsGiveTheColdOutput) {
       }
     }
   }
+}
+
+// Records like RecordingSink and calls `hook(n)` after its n-th update, on the engine thread
+// (so what the hook does happens between two steps, at a known point of the stream).
+class HookedSink final : public RequestSink {
+ public:
+  explicit HookedSink(std::function<void(int)> hook) : hook_(std::move(hook)) {}
+  void OnUpdate(GenerationUpdate update) override {
+    record_.OnUpdate(std::move(update));
+    hook_(record_.updates());
+  }
+  RecordingSink& record() { return record_; }
+
+ private:
+  std::function<void(int)> hook_;
+  RecordingSink record_;
+};
+
+// Chunked prefill: a prompt computed in chunks of any size, cold or after a cached prefix,
+// gives the output of the prompt computed whole in one step, bit for bit on the CPU (its rows
+// are batch-invariant) — speculation off and on, greedy and sampled; the chunks end at
+// multiples of the chunk size whatever the cached prefix.
+TEST_F(EngineTest, ChunkedPrefillGivesTheOutputOfAWholePrefill) {
+  NgramDrafterFactory ngram{NgramOptions()};
+  LocalDraftSource drafts(&ngram);
+  EngineOptions whole;
+  whole.prefill_chunk = 0;
+  whole.prefix_cache = false;
+  Engine reference(target_.get(), nullptr, &drafts, whole);
+  for (const SpecMode mode : {SpecMode::Off(), SpecMode::Of(DrafterKind::kNgram)}) {
+    for (float temperature : {0.0f, 0.8f}) {
+      GenerationRequest first = Request(Prompt(21, 50), mode, 30);  // 75 prompt tokens
+      first.sampling.temperature = temperature;
+      first.sampling.seed = 3;
+      const GenerationUpdate want_first = RunToEnd(reference, first);
+      ASSERT_TRUE(want_first.status.ok()) << want_first.status;
+      GenerationRequest turn = first;
+      turn.prompt.insert(turn.prompt.end(), want_first.token_ids.begin(),
+                         want_first.token_ids.end());
+      for (int32_t t : Prompt(22, 10)) turn.prompt.push_back(t);
+      const GenerationUpdate want_turn = RunToEnd(reference, turn);
+      ASSERT_TRUE(want_turn.status.ok()) << want_turn.status;
+      for (int chunk : {1, 5, 16, 37}) {
+        for (bool cache : {false, true}) {
+          LmOptions lm;
+          lm.max_batch = 4;
+          auto fresh = LoadCpuCausalLm(*target_dir_, lm);
+          ASSERT_TRUE(fresh.ok()) << fresh.status();
+          EngineOptions o;
+          o.prefill_chunk = chunk;
+          o.prefix_cache = cache;
+          Engine engine(fresh->get(), nullptr, &drafts, o);
+          const std::string where = absl::StrCat("speculation ", !mode.off(), " temperature ",
+                                                 temperature, " chunk ", chunk, " cache ", cache);
+          int64_t chunks = 0;
+          for (const auto& [r, want] : {std::pair{&first, &want_first}, {&turn, &want_turn}}) {
+            const GenerationUpdate got = RunToEnd(engine, *r);
+            ASSERT_TRUE(got.status.ok()) << got.status;
+            EXPECT_THAT(got.token_ids, ElementsAreArray(want->token_ids)) << where;
+            // Chunks end at multiples of the chunk size: [c, P) after c cached tokens.
+            const int prompt = static_cast<int>(r->prompt.size());
+            chunks += (prompt + chunk - 1) / chunk - got.cached_tokens / chunk;
+            EXPECT_EQ(engine.Snapshot().prefill_chunks, chunks) << where;
+            if (r == &turn) EXPECT_EQ(got.cached_tokens > 0, cache) << where;
+          }
+        }
+      }
+    }
+  }
+}
+
+// While a long prompt prefills in chunks, a running stream gets a token every step: one per
+// chunk, where a whole prefill is one step (the stream's gap is the whole prefill).
+TEST_F(EngineTest, RunningStreamsKeepDecodingWhileALongPromptPrefills) {
+  const GenerationRequest long_prompt = Request(Prompt(31, 200), SpecMode::Off(), 8);  // 300
+  const std::vector<int32_t> want = Plain(long_prompt);
+  for (int chunk : {0, 16}) {
+    EngineOptions o;
+    o.prefill_chunk = chunk;
+    o.prefix_cache = false;  // the long prompt is computed whole each time
+    Engine engine(target_.get(), nullptr, nullptr, o);
+    std::shared_ptr<HookedSink> running;
+    int running_updates_before_first_token = -1;
+    auto long_sink = std::make_shared<HookedSink>([&](int n) {
+      if (n == 1) running_updates_before_first_token = running->record().updates();
+    });
+    // The long prompt arrives right after the running stream's third token (between steps).
+    running = std::make_shared<HookedSink>([&](int n) {
+      if (n == 3) ASSERT_TRUE(engine.Submit(long_prompt, long_sink).ok());
+    });
+    ASSERT_TRUE(engine.Submit(Request(Prompt(30), SpecMode::Off(), 100), running).ok());
+    ASSERT_TRUE(running->record().Wait());
+    ASSERT_TRUE(long_sink->record().Wait());
+    EXPECT_THAT(long_sink->record().ids(), ElementsAreArray(want)) << "chunk " << chunk;
+    // Each step the running stream is in computes one chunk (its token comes first).
+    auto chunks_of = [&](int prompt) { return chunk > 0 ? (prompt + chunk - 1) / chunk : 1; };
+    const int steps = chunks_of(300);
+    EXPECT_EQ(running_updates_before_first_token - 3, steps) << "chunk " << chunk;
+    EXPECT_EQ(engine.Snapshot().prefill_chunks, chunks_of(60) + steps);
+  }
+}
+
+// A request cancelled halfway through its chunked prefill frees its pages, leaves the chunks
+// it computed cached, and the same prompt later reuses them and gives the cold output.
+TEST_F(EngineTest, CancelMidPrefillFreesPagesAndKeepsTheComputedChunks) {
+  LmOptions lm;
+  lm.max_batch = 4;
+  auto model = LoadCpuCausalLm(*target_dir_, lm);
+  ASSERT_TRUE(model.ok()) << model.status();
+  PagedKvCache& kv = (*model)->kv_cache();
+  EngineOptions o;
+  o.prefill_chunk = 16;
+  Engine engine(model->get(), nullptr, nullptr, o);
+  const GenerationRequest long_prompt = Request(Prompt(41, 200), SpecMode::Off(), 8);
+  auto long_sink = std::make_shared<RecordingSink>();
+  uint64_t handle = 0;
+  auto running = std::make_shared<HookedSink>([&](int n) {
+    if (n == 3) handle = *engine.Submit(long_prompt, long_sink);
+    if (n == 7) engine.Cancel(handle);  // 4 chunks in (steps 4..7)
+  });
+  const GenerationRequest stream = Request(Prompt(40), SpecMode::Off(), 20);
+  ASSERT_TRUE(engine.Submit(stream, running).ok());
+  ASSERT_TRUE(running->record().Wait());
+  ASSERT_TRUE(engine.WaitIdle(absl::Seconds(60)));
+  EXPECT_EQ(long_sink->updates(), 0);  // a cancelled request gets no more updates
+  EXPECT_EQ(kv.free_pages(), kv.num_pages());
+  EXPECT_GE(kv.cached_pages(), 4);
+
+  const GenerationUpdate again = RunToEnd(engine, long_prompt);
+  ASSERT_TRUE(again.status.ok()) << again.status;
+  EXPECT_EQ(again.cached_tokens, 64);
+  EXPECT_THAT(again.token_ids, ElementsAreArray(Plain(long_prompt)));
 }
 
 // More distinct prefixes than the pool holds: every request completes, cached pages are
@@ -1005,16 +1139,20 @@ TEST_F(EngineTest, AFeatureDrafterIsSentTheFeaturesOfEveryContextToken) {
                         {DrafterKind::kDflash, reads_1},
                         {DrafterKind::kDflash, other_target}};
   StatedPoolSource drafts(&recording, pool);
+  EngineOptions chunked;
+  chunked.prefill_chunk = 7;  // the prompt's features come from 9 chunks
   Engine engine(target_.get(), nullptr, &drafts, EngineOptions());
+  Engine chunked_engine(target_.get(), nullptr, &drafts, chunked);
 
-  for (float temperature : {0.0f, 0.8f}) {
+  for (auto [temperature, serving] :
+       {std::pair{0.0f, &engine}, {0.8f, &engine}, {0.0f, &chunked_engine}}) {
     GenerationRequest r = Request(Prompt(5), SpecMode::Auto(), 40);
     r.sampling.temperature = temperature;
     r.sampling.seed = 11;
     r.spec.tree_budget = 6;
     r.spec.max_depth = 6;
     const std::vector<int32_t> plain = Plain(r);
-    GenerationUpdate out = RunToEnd(engine, r);
+    GenerationUpdate out = RunToEnd(*serving, r);
     ASSERT_TRUE(out.status.ok()) << out.status;
     EXPECT_THAT(out.token_ids, ElementsAreArray(plain)) << "temperature " << temperature;
     if (temperature == 0.0f) EXPECT_GT(out.stats.MeanAcceptanceLength(), 2.0);
@@ -1097,6 +1235,10 @@ TEST(EngineOptionsTest, FlagsOutOfRangeNameTheFlag) {
   EXPECT_THAT(
       std::string(ValidateEngineOptions(o).message()),
       ::testing::HasSubstr("--max_new_tokens (256) must be <= --max_new_tokens_limit (100)"));
+  o = EngineOptions();
+  o.prefill_chunk = -1;
+  EXPECT_THAT(std::string(ValidateEngineOptions(o).message()),
+              ::testing::HasSubstr("--prefill_chunk"));
   o = EngineOptions();
   o.draft_timeout = absl::Milliseconds(-1);
   EXPECT_FALSE(ValidateEngineOptions(o).ok());

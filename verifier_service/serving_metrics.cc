@@ -179,6 +179,12 @@ std::vector<prometheus::MetricFamily> ServingMetrics::Collect() const {
   families.push_back(CounterFamily("treespec_prefix_cache_evicted_pages_total",
                                    "Prefix-cache pages evicted for new contents",
                                    static_cast<double>(s.kv_pages_evicted)));
+  families.push_back(CounterFamily("treespec_prefill_steps_total",
+                                   "Steps that computed prompt tokens (chunked prefill)",
+                                   static_cast<double>(s.prefill_steps)));
+  families.push_back(CounterFamily("treespec_prefill_chunks_total",
+                                   "Prompt chunks computed (a prompt prefilled whole is one)",
+                                   static_cast<double>(s.prefill_chunks)));
   if (s.step_cost.has_value()) AddStepCostFamilies(*s.step_cost, families);
   return families;
 }

@@ -58,6 +58,11 @@ ABSL_FLAG(std::string, prefix_cache, "on",
           "on: finished requests leave their full KV pages cached and a new request reuses "
           "its longest cached prompt prefix (requests whose drafter takes target features "
           "prefill whole); off: every prompt is prefilled whole");
+ABSL_FLAG(int, prefill_chunk, 2048,
+          "chunked prefill: prompts are computed in chunks ending at multiples of this many "
+          "tokens, and a step takes at most this many prompt tokens beside the running "
+          "requests' verify trees, so running streams never wait for a whole long prefill; "
+          "0 = each prompt whole in one step");
 ABSL_FLAG(int, kv_pages, 0, "KV-cache pages; 0 = max_batch full contexts");
 ABSL_FLAG(int, kv_page_size, 16, "tokens per KV-cache page");
 ABSL_FLAG(int, context_length, 0, "served context; 0 = the model's max_position_embeddings");
@@ -229,6 +234,7 @@ int Main(int argc, char** argv) {
     return 2;
   }
   opts.prefix_cache = prefix_cache == "on";
+  opts.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
   if (absl::Status valid = treespec::ValidateEngineOptions(opts); !valid.ok()) {
     TS_LOG(kError, "%s", std::string(valid.message()));
     return 2;
