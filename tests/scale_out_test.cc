@@ -13,9 +13,11 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -176,6 +178,43 @@ TEST_F(ScaleOutTest, PoissonLoadSpreadsOverAllReplicasAndMatchesTheirCounters) {
   }
   EXPECT_EQ(sessions, kRequests + kWarmups);
   std::printf("summary: %s\n", summary.dump().c_str());
+}
+
+// Multi-turn conversations with speculation (the draft model) across both verifiers: each
+// conversation's turns stay on the verifier that answered its first (session affinity), and
+// every later turn reuses at least 90 % of what the earlier turns computed from the prefix cache
+// (all but the part of the last page not yet full).
+TEST_F(ScaleOutTest, ConversationTurnsReuseTheirCachedPrefixWithSpeculationOn) {
+  constexpr int kConversations = 6, kTurns = 4;
+  const std::string result = dir_ + "/conversation.json", requests = dir_ + "/conversation.jsonl";
+  std::unique_ptr<ChildProcess> loadgen =
+      StartLoadgen({"--workload=conversation", absl::StrCat("--conversations=", kConversations),
+                    absl::StrCat("--turns=", kTurns), "--history_len=96", "--turn_input_len=24",
+                    "--random_output_len=24", "--mode=draft_model", "--num_warmups=2", "--seed=5",
+                    "--result_json=" + result, "--requests_jsonl=" + requests});
+  ASSERT_EQ(loadgen->Wait(300), 0) << loadgen->Stderr();
+  const nlohmann::json summary = ReadJson(result);
+  ASSERT_TRUE(summary.is_object());
+  EXPECT_EQ(summary["completed"], kConversations * kTurns);
+  EXPECT_EQ(summary["failed"], 0) << summary["errors"].dump();
+  EXPECT_GT(summary["spec_decode_accepted_tokens"].get<int64_t>(), 0);
+  const nlohmann::json& turns = summary["turns"];
+  ASSERT_EQ(turns.size(), static_cast<size_t>(kTurns)) << summary.dump();
+  EXPECT_EQ(turns[0]["total_cached_tokens"], 0) << "turn 1 shares nothing";
+  for (int t = 1; t < kTurns; ++t) {
+    EXPECT_EQ(turns[t]["completed"], kConversations);
+    EXPECT_GE(turns[t]["reused_share"].get<double>(), 0.9) << turns[t].dump();
+  }
+  std::map<int, std::set<std::string>> targets;
+  for (const nlohmann::json& r : ReadJsonl(requests))
+    targets[r["conversation"]].insert(r["target"]);
+  ASSERT_EQ(targets.size(), static_cast<size_t>(kConversations));
+  std::set<std::string> used;
+  for (const auto& [conversation, where] : targets) {
+    EXPECT_EQ(where.size(), 1u) << "conversation " << conversation << " moved";
+    used.insert(where.begin(), where.end());
+  }
+  EXPECT_EQ(used.size(), 2u) << "conversations start round-robin over both verifiers";
 }
 
 TEST_F(ScaleOutTest, SigtermDrainsOneVerifierWhileTheOtherKeepsServing) {

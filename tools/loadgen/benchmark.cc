@@ -16,8 +16,10 @@
 #include "common/util/status_macros.h"
 #include "tools/loadgen/arrivals.h"
 #include "tools/loadgen/cancel_plan.h"
+#include "tools/loadgen/conversation.h"
 #include "tools/loadgen/dataset.h"
 #include "tools/loadgen/driver.h"
+#include "tools/loadgen/mixed_load.h"
 #include "tools/loadgen/output.h"
 #include "tools/loadgen/progress.h"
 #include "tools/loadgen/spec_counters.h"
@@ -26,6 +28,8 @@ namespace treespec::loadgen {
 namespace {
 
 constexpr size_t kMaxErrorKinds = 10;
+// Warm-up prompts are drawn with the run's seed xor this, so they differ from the measured ones.
+constexpr uint64_t kWarmupSeed = 0x5741524d;
 
 // The vocabulary and context every target serves (the smallest context), or an error when the
 // targets serve different vocabularies.
@@ -68,8 +72,122 @@ absl::StatusOr<std::vector<Prompt>> MakeRandomDataset(const RunConfig& c,
                         .seed = c.seed});
 }
 
-// Warm-up requests (the dataset's first prompts, all sent at once under the concurrency bound);
-// any failure is an error: the servers are not ready for a measurement.
+// What a run sends: the scheduled prompts, when, and what each leads to.
+struct Workload {
+  std::vector<Prompt> prompts;
+  std::vector<double> send_times;
+  FollowUpFn follow_up;  // null: nothing follows
+  std::vector<Prompt> warmups;
+};
+
+int VocabOf(const RunConfig& c, const v1::ModelInfo& model) {
+  return c.random_vocab_size > 0 ? c.random_vocab_size : model.vocab_size();
+}
+
+absl::StatusOr<std::vector<double>> SendTimes(const RunConfig& c, int count) {
+  return ArrivalTimes(
+      {.process = c.arrival, .rate = c.request_rate, .burstiness = c.burstiness, .seed = c.seed},
+      count);
+}
+
+// Warm-up prompts like the dataset's but not the same ones, which a prefix cache would then
+// serve from the warm-up: the random dataset drawn with another seed; a JSONL dataset's own
+// first prompts (its texts are all there is).
+absl::StatusOr<std::vector<Prompt>> WarmupPrompts(const RunConfig& c, const v1::ModelInfo& model,
+                                                  const std::vector<Prompt>& dataset) {
+  if (c.dataset == DatasetKind::kJsonl || c.num_warmups == 0) return dataset;
+  RunConfig warm = c;
+  warm.num_prompts = c.num_warmups;
+  warm.seed = c.seed ^ kWarmupSeed;
+  return MakeRandomDataset(warm, model);
+}
+
+// Conversations: their first turns on the arrival schedule, each later turn after the previous
+// answer (and the think time). Warm-ups are first turns of other conversations, so they leave
+// nothing in a prefix cache that the measured ones reuse.
+absl::StatusOr<Workload> ConversationWorkload(const RunConfig& c, const v1::ModelInfo& model) {
+  const ConversationOptions o{.conversations = c.conversations,
+                              .turns = c.turns,
+                              .history_len = c.history_len,
+                              .turn_input_len = c.turn_input_len,
+                              .output_len = c.random_output_len,
+                              .think_time_s = c.think_time_ms / 1e3,
+                              .vocab_size = VocabOf(c, model),
+                              .seed = c.seed};
+  if (LastTurnTokens(o) > model.context_length()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--history_len=", c.history_len, " + (--turns=", c.turns, " - 1) x (--turn_input_len=",
+        c.turn_input_len, " + --random_output_len=", c.random_output_len, ") + an answer reach ",
+        LastTurnTokens(o), " tokens; the servers' context is ", model.context_length()));
+  }
+  Workload w;
+  w.prompts = FirstTurns(o);
+  ASSIGN_OR_RETURN(w.send_times, SendTimes(c, c.conversations));
+  w.follow_up = [o](const Prompt& turn, const RequestResult& result,
+                    bool /*sent_all*/) -> std::optional<FollowUp> {
+    std::optional<Prompt> next = NextTurn(o, turn, result);
+    if (!next.has_value()) return std::nullopt;
+    return FollowUp{*std::move(next), o.think_time_s, /*same_target=*/true};
+  };
+  ConversationOptions warm = o;
+  warm.conversations = c.num_warmups;
+  warm.seed = o.seed ^ kWarmupSeed;
+  w.warmups = FirstTurns(warm);
+  return w;
+}
+
+// Decode streams from the start, the dataset's prompts on the arrival schedule.
+absl::StatusOr<Workload> MixedWorkload(const RunConfig& c, const v1::ModelInfo& model,
+                                       std::vector<Prompt> dataset) {
+  const MixedLoadOptions o{.streams = c.streams,
+                           .stream_input_len = c.stream_input_len,
+                           .stream_output_len = c.stream_output_len,
+                           .vocab_size = VocabOf(c, model),
+                           .seed = c.seed};
+  if (c.stream_input_len + c.stream_output_len > model.context_length()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--stream_input_len=", c.stream_input_len, " + --stream_output_len=", c.stream_output_len,
+        " exceed the servers' context ", model.context_length()));
+  }
+  Workload w;
+  for (int i = 0; i < c.streams; ++i) w.prompts.push_back(StreamPrompt(o, i));
+  w.send_times.assign(c.streams, 0.0);
+  ASSIGN_OR_RETURN(const std::vector<double> times, SendTimes(c, c.num_prompts));
+  ASSIGN_OR_RETURN(w.warmups, WarmupPrompts(c, model, dataset));
+  for (Prompt& p : dataset) p.group = kLongPromptGroup;
+  w.prompts.insert(w.prompts.end(), dataset.begin(), dataset.end());
+  w.send_times.insert(w.send_times.end(), times.begin(), times.end());
+  // Called under the driver's lock: the counter needs no lock of its own.
+  auto serial = std::make_shared<int>(c.streams);
+  w.follow_up = [o, serial](const Prompt& ended, const RequestResult& /*result*/,
+                            bool sent_all) -> std::optional<FollowUp> {
+    std::optional<Prompt> next = NextStream(o, ended, sent_all, *serial);
+    if (!next.has_value()) return std::nullopt;
+    ++*serial;
+    return FollowUp{*std::move(next), 0.0};
+  };
+  return w;
+}
+
+absl::StatusOr<Workload> MakeWorkload(const RunConfig& c, const v1::ModelInfo& model,
+                                      std::vector<Prompt> dataset) {
+  switch (c.workload) {
+    case WorkloadKind::kConversation:
+      return ConversationWorkload(c, model);
+    case WorkloadKind::kMixed:
+      return MixedWorkload(c, model, std::move(dataset));
+    case WorkloadKind::kRequests:
+      break;
+  }
+  Workload w;
+  ASSIGN_OR_RETURN(w.send_times, SendTimes(c, c.num_prompts));
+  ASSIGN_OR_RETURN(w.warmups, WarmupPrompts(c, model, dataset));
+  w.prompts = std::move(dataset);
+  return w;
+}
+
+// Warm-up requests (the workload's warm-up prompts, all sent at once under the concurrency
+// bound); any failure is an error: the servers are not ready for a measurement.
 absl::Status WarmUp(Driver& driver, const RunConfig& c, const std::vector<Prompt>& prompts,
                     const ScheduleOptions& schedule) {
   std::vector<Prompt> warm;
@@ -145,23 +263,18 @@ absl::StatusOr<BenchmarkOutcome> RunBenchmark(const RunConfig& c) {
   ASSIGN_OR_RETURN(const std::vector<v1::ModelInfo> infos,
                    driver.ModelInfos(absl::Seconds(c.connect_timeout_s)));
   ASSIGN_OR_RETURN(const v1::ModelInfo model, CommonModel(c.targets, infos));
-  if (c.dataset == DatasetKind::kRandom) {
+  if (c.dataset == DatasetKind::kRandom && c.workload != WorkloadKind::kConversation) {
     ASSIGN_OR_RETURN(prompts, MakeRandomDataset(c, model));
   }
-  ASSIGN_OR_RETURN(const std::vector<double> send_times, ArrivalTimes({.process = c.arrival,
-                                                                       .rate = c.request_rate,
-                                                                       .burstiness = c.burstiness,
-                                                                       .seed = c.seed},
-                                                                      c.num_prompts));
-  const ScheduleOptions schedule = {.max_concurrency = c.max_concurrency,
-                                    .duration_s = c.duration_s,
-                                    .request_timeout_s = c.request_timeout_s,
-                                    .failover = c.failover};
+  ASSIGN_OR_RETURN(Workload workload, MakeWorkload(c, model, std::move(prompts)));
+  ScheduleOptions schedule = {.max_concurrency = c.max_concurrency,
+                              .duration_s = c.duration_s,
+                              .request_timeout_s = c.request_timeout_s,
+                              .failover = c.failover};
   if (c.num_warmups > 0) {
-    ScheduleOptions warm_schedule = schedule;
-    warm_schedule.duration_s = 0;
-    RETURN_IF_ERROR(WarmUp(driver, c, prompts, warm_schedule));
+    RETURN_IF_ERROR(WarmUp(driver, c, workload.warmups, schedule));
   }
+  schedule.follow_up = workload.follow_up;
 
   SpecCounters before;
   if (!metrics_urls.empty()) {
@@ -173,15 +286,18 @@ absl::StatusOr<BenchmarkOutcome> RunBenchmark(const RunConfig& c) {
     before = *scraped;
   }
   std::vector<int> output_lens;
-  for (const Prompt& p : prompts) output_lens.push_back(p.output_len);
+  for (const Prompt& p : workload.prompts) output_lens.push_back(p.output_len);
   const std::vector<CancelPoint> cancels = PlanCancels(
       {.fraction = c.cancel_fraction, .max_delay_ms = c.cancel_delay_ms, .seed = c.seed},
       output_lens);
   const absl::Time started = absl::Now();
   RunResult run;
   {
-    ProgressBar bar("requests", c.num_prompts, c.progress);
-    run = driver.Run(prompts, send_times, cancels, c.request, schedule, &bar);
+    const int expected = c.workload == WorkloadKind::kConversation
+                             ? c.conversations * c.turns
+                             : static_cast<int>(workload.prompts.size());
+    ProgressBar bar("requests", expected, c.progress);
+    run = driver.Run(workload.prompts, workload.send_times, cancels, c.request, schedule, &bar);
   }
 
   std::vector<RequestRecord> records;
@@ -200,6 +316,11 @@ absl::StatusOr<BenchmarkOutcome> RunBenchmark(const RunConfig& c) {
       c.max_concurrency > 0 ? nlohmann::json(c.max_concurrency) : nlohmann::json(nullptr);
   summary["not_sent"] = run.not_sent;
   AddRequestBreakdown(c.targets, run.requests, summary);
+  if (c.workload == WorkloadKind::kConversation) {
+    summary["turns"] = SummarizeTurns(run.prompts, run.requests, c.percentiles);
+  } else if (c.workload == WorkloadKind::kMixed) {
+    summary["groups"] = SummarizeMixed(run.prompts, run.requests, run.duration_s, c.percentiles);
+  }
   summary["config"] = ToJson(c);
 
   if (!metrics_urls.empty()) {
@@ -225,14 +346,15 @@ absl::StatusOr<BenchmarkOutcome> RunBenchmark(const RunConfig& c) {
   }
 
   if (!c.requests_jsonl.empty()) {
-    RETURN_IF_ERROR(WriteFile(c.requests_jsonl, RequestsJsonl(run.requests)));
+    RETURN_IF_ERROR(WriteFile(c.requests_jsonl, RequestsJsonl(run.requests, run.prompts)));
   }
   if (!c.record_tokens.empty()) {
-    RETURN_IF_ERROR(WriteFile(c.record_tokens, TokenRecordsJsonl(prompts, run.requests)));
+    RETURN_IF_ERROR(WriteFile(c.record_tokens, TokenRecordsJsonl(run.prompts, run.requests)));
   }
   if (!c.result_json.empty()) RETURN_IF_ERROR(WriteFile(c.result_json, summary.dump(2) + "\n"));
   if (!c.result_csv.empty()) RETURN_IF_ERROR(WriteFile(c.result_csv, SummaryCsv(summary)));
   std::fputs(SummaryReport(summary, c.percentiles).c_str(), stdout);
+  std::fputs(WorkloadReport(summary).c_str(), stdout);
   std::fflush(stdout);
   return outcome;
 }

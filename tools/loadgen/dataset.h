@@ -21,6 +21,15 @@ struct Prompt {
   std::string text;                // a text prompt (JSONL), or
   std::vector<int32_t> token_ids;  // a token-id prompt (random); exactly one is non-empty
   int output_len = 0;              // max_new_tokens, >= 1
+  // Set by the workloads that shape requests (conversation.h, mixed_load.h), reported apart:
+  // the conversation a turn belongs to (-1: none) and the turn's number from 1, the tokens of
+  // the prompt that repeat the conversation so far (the previous prompt and answer, all but
+  // the answer's last token, whose K/V a server computed), and a class of request ("stream",
+  // "long_prompt"; empty: none).
+  int conversation = -1;
+  int turn = 0;
+  int reusable_tokens = 0;
+  std::string group;
 };
 
 struct RandomDatasetOptions {

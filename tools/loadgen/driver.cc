@@ -1,5 +1,6 @@
 #include "tools/loadgen/driver.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -53,8 +54,8 @@ v1::GenerateRequest BuildRequest(const Prompt& prompt, int index, const RequestO
 
 // What one Run shares with its calls; guarded by `mu` except the constant parts.
 struct Driver::RunState {
-  absl::Span<const Prompt> prompts;
-  absl::Span<const CancelPoint> cancels;  // by dataset index; empty = none
+  std::vector<Prompt> prompts;            // by index: scheduled, then follow-ups
+  absl::Span<const CancelPoint> cancels;  // by scheduled index; empty = none
   const RequestOptions* request_options = nullptr;
   const ScheduleOptions* schedule = nullptr;
   ProgressBar* progress = nullptr;
@@ -65,8 +66,16 @@ struct Driver::RunState {
   std::condition_variable cv;
   int in_flight = 0, done = 0, failed = 0;
   Clock::time_point last_end;
-  std::vector<RequestResult> results;  // by dataset index
+  std::vector<RequestResult> results;  // by index
   std::vector<bool> sent;
+  bool sent_all = false;  // every scheduled prompt sent (or left out by the duration)
+  // Follow-ups waiting for their time.
+  struct Due {
+    Clock::time_point at;
+    int index = 0;
+    int target = -1;  // the target it prefers; -1: the next in the rotation
+  };
+  std::vector<Due> due;
 };
 
 // One attempt of one request: a server-streaming Generate call and its timings.
@@ -79,10 +88,11 @@ class Driver::Call final : public grpc::ClientReadReactor<v1::GenerateResponse> 
         target_(target),
         attempt_(attempt),
         sent_(sent),
-        cancel_(state->cancels.empty() ? CancelPoint{} : state->cancels[index]) {}
+        cancel_(static_cast<size_t>(index) < state->cancels.size() ? state->cancels[index]
+                                                                   : CancelPoint{}) {}
 
-  void Start(v1::Generation::Stub* stub) {
-    request_ = BuildRequest(state_->prompts[index_], index_, *state_->request_options);
+  void Start(v1::Generation::Stub* stub, v1::GenerateRequest request) {
+    request_ = std::move(request);
     context_.set_deadline(
         std::chrono::system_clock::now() +
         std::chrono::duration_cast<std::chrono::system_clock::duration>(
@@ -125,6 +135,7 @@ class Driver::Call final : public grpc::ClientReadReactor<v1::GenerateResponse> 
     if (response_.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
       finish_reason_ = v1::FinishReason_Name(response_.finish_reason());
       record_.input_tokens = response_.usage().prompt_tokens();
+      record_.cached_tokens = response_.usage().cached_tokens();
       record_.output_tokens = response_.usage().completion_tokens();
       const v1::SpeculationStats& s = response_.speculation();
       record_.drafts = s.steps() - s.fallback_steps();
@@ -232,8 +243,13 @@ int Driver::PickTarget(int preferred) {
 }
 
 void Driver::Launch(RunState* state, int index, int target, int attempt, Clock::time_point sent) {
+  v1::GenerateRequest request;
+  {
+    std::lock_guard<std::mutex> lock(state->mu);  // follow-ups grow `prompts`
+    request = BuildRequest(state->prompts[index], index, *state->request_options);
+  }
   auto* call = new Call(this, state, index, target, attempt, sent);
-  call->Start(stubs_[target].get());
+  call->Start(stubs_[target].get(), std::move(request));
 }
 
 bool Driver::OnCallDone(Call* call, const grpc::Status& status) {
@@ -275,6 +291,19 @@ bool Driver::OnCallDone(Call* call, const grpc::Status& status) {
   ++state->done;
   if (!r.record.ok && !dropped) ++state->failed;
   state->last_end = now;
+  if (state->schedule->follow_up) {
+    std::optional<FollowUp> next =
+        state->schedule->follow_up(state->prompts[call->index_], r, state->sent_all);
+    if (next.has_value()) {
+      const int index = static_cast<int>(state->prompts.size());
+      state->prompts.push_back(std::move(next->prompt));
+      state->results.emplace_back();
+      state->sent.push_back(false);
+      state->due.push_back(
+          {now + Seconds(next->delay_s), index, next->same_target ? call->target_ : -1});
+      state->cv.notify_all();
+    }
+  }
   return true;
 }
 
@@ -290,49 +319,79 @@ RunResult Driver::Run(absl::Span<const Prompt> prompts, absl::Span<const double>
                       absl::Span<const CancelPoint> cancels, const RequestOptions& request_options,
                       const ScheduleOptions& schedule, ProgressBar* progress) {
   RunState state;
-  state.prompts = prompts;
+  const int n = static_cast<int>(std::min(prompts.size(), send_times.size()));
+  state.prompts.assign(prompts.begin(), prompts.begin() + n);
   state.cancels = cancels;
   state.request_options = &request_options;
   state.schedule = &schedule;
   state.progress = progress;
-  state.results.resize(prompts.size());
-  state.sent.assign(prompts.size(), false);
+  state.results.resize(n);
+  state.sent.assign(n, false);
   state.start = Clock::now();
   state.start_wall = absl::Now();
   state.last_end = state.start;
   RunResult out;
-  const int n = static_cast<int>(std::min(prompts.size(), send_times.size()));
-  for (int i = 0; i < n; ++i) {
-    if (schedule.duration_s > 0 && send_times[i] >= schedule.duration_s) {
-      out.not_sent = n - i;
-      break;
+  const Clock::time_point never = Clock::time_point::max();
+  const Clock::time_point end =
+      schedule.duration_s > 0 ? state.start + Seconds(schedule.duration_s) : never;
+  int next = 0;  // the next scheduled prompt
+  std::unique_lock<std::mutex> lock(state.mu);
+  while (true) {
+    state.sent_all = next >= n;
+    // What goes next: the earlier of the next scheduled prompt and the earliest due follow-up.
+    const Clock::time_point scheduled_at =
+        next < n ? state.start + Seconds(send_times[next]) : never;
+    auto follow = std::min_element(
+        state.due.begin(), state.due.end(),
+        [](const RunState::Due& a, const RunState::Due& b) { return a.at < b.at; });
+    const Clock::time_point follow_at = follow != state.due.end() ? follow->at : never;
+    const Clock::time_point at = std::min(scheduled_at, follow_at);
+    if (at == never) {
+      if (state.in_flight == 0) break;
+      state.cv.wait(lock);  // an ending request may bring a follow-up
+      continue;
     }
-    std::this_thread::sleep_until(state.start + Seconds(send_times[i]));
-    std::unique_lock<std::mutex> lock(state.mu);
-    if (schedule.max_concurrency > 0) {
-      state.cv.wait(lock, [&] { return state.in_flight < schedule.max_concurrency; });
+    if (at >= end || Clock::now() >= end) {
+      // The duration is over: nothing more is sent.
+      out.not_sent = n - next;
+      next = n;
+      state.due.clear();
+      continue;
     }
-    if (schedule.duration_s > 0 && Clock::now() - state.start >= Seconds(schedule.duration_s)) {
-      out.not_sent = n - i;
-      break;
+    if (Clock::now() < at) {
+      state.cv.wait_until(lock, at);  // or an earlier follow-up
+      continue;
+    }
+    if (schedule.max_concurrency > 0 && state.in_flight >= schedule.max_concurrency) {
+      state.cv.wait(lock);
+      continue;
+    }
+    int index, preferred = -1;
+    if (scheduled_at <= follow_at) {
+      index = next++;
+    } else {
+      index = follow->index;
+      preferred = follow->target;
+      state.due.erase(follow);
     }
     const Clock::time_point sent = Clock::now();
     ++state.in_flight;
-    state.sent[i] = true;
-    state.results[i].send_s = std::chrono::duration<double>(sent - state.start).count();
-    state.results[i].send_unix_s =
-        absl::ToDoubleSeconds(state.start_wall - absl::UnixEpoch()) + state.results[i].send_s;
+    state.sent[index] = true;
+    state.results[index].send_s = std::chrono::duration<double>(sent - state.start).count();
+    state.results[index].send_unix_s =
+        absl::ToDoubleSeconds(state.start_wall - absl::UnixEpoch()) + state.results[index].send_s;
     if (progress != nullptr) progress->Set(state.done, state.failed, state.in_flight);
     lock.unlock();
-    const int target = static_cast<int>(next_target_++ % targets_.size());
-    Launch(&state, i, PickTarget(target), 1, sent);
+    const int target =
+        preferred >= 0 ? preferred : static_cast<int>(next_target_++ % targets_.size());
+    Launch(&state, index, PickTarget(target), 1, sent);
+    lock.lock();
   }
-  std::unique_lock<std::mutex> lock(state.mu);
-  state.cv.wait(lock, [&] { return state.in_flight == 0; });
   out.duration_s = std::chrono::duration<double>(state.last_end - state.start).count();
-  for (int i = 0; i < n; ++i) {
+  for (size_t i = 0; i < state.prompts.size(); ++i) {
     if (state.sent[i]) out.requests.push_back(std::move(state.results[i]));
   }
+  out.prompts = std::move(state.prompts);
   return out;
 }
 

@@ -19,7 +19,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,17 +41,35 @@ namespace treespec::loadgen {
 // The Generate request for `prompt`, the `index`-th of the dataset.
 v1::GenerateRequest BuildRequest(const Prompt& prompt, int index, const RequestOptions& options);
 
+// A request that a finished one leads to (a conversation's next turn, a stream that replaces
+// one that ended), sent `delay_s` after the end; with `same_target` to the target that answered
+// the one before (while its channel is not failing), as a client with session affinity does, so
+// a conversation meets the server that holds its cached prefix.
+struct FollowUp {
+  Prompt prompt;
+  double delay_s = 0;
+  bool same_target = false;
+};
+// Called when request `prompt` has ended with `result` (after its last attempt), under the
+// run's lock, so it must be quick; `sent_all`: every scheduled prompt has been sent. nullopt:
+// nothing follows.
+using FollowUpFn = std::function<std::optional<FollowUp>(
+    const Prompt& prompt, const RequestResult& result, bool sent_all)>;
+
 struct ScheduleOptions {
   int max_concurrency = 0;  // requests in flight at most; 0 = no bound
   double duration_s = 0;    // no request is sent after this many seconds; 0 = no bound
   double request_timeout_s = 600;
   bool failover = true;
+  FollowUpFn follow_up;  // none: requests lead to nothing
 };
 
 struct RunResult {
-  std::vector<RequestResult> requests;  // the sent ones, by dataset index
-  double duration_s = 0;                // from the start to the last request's end
-  int not_sent = 0;                     // left out by the duration bound
+  std::vector<RequestResult> requests;  // the sent ones, by index
+  // By index: the scheduled prompts, then the follow-ups in the order they were made.
+  std::vector<Prompt> prompts;
+  double duration_s = 0;  // from the start to the last request's end
+  int not_sent = 0;       // scheduled prompts left out by the duration bound
 };
 
 class Driver {
@@ -70,8 +90,9 @@ class Driver {
 
   // Sends prompts[i] at send_times[i] seconds after the start (waiting for a free slot under
   // max_concurrency) until the prompts or the duration run out, cancels request i at
-  // cancels[i] (no cancels when `cancels` is empty), and returns once every sent request has
-  // ended. `progress` may be null.
+  // cancels[i] (no cancels when `cancels` is empty; follow-ups are never cancelled), sends what
+  // schedule.follow_up makes of each ended request when it comes due (within the duration), and
+  // returns once every sent request has ended and none follows. `progress` may be null.
   RunResult Run(absl::Span<const Prompt> prompts, absl::Span<const double> send_times,
                 absl::Span<const CancelPoint> cancels, const RequestOptions& request_options,
                 const ScheduleOptions& schedule, ProgressBar* progress);

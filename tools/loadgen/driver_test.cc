@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -239,6 +240,54 @@ TEST_F(DriverCancelTest, ManyConcurrentCancelsOfBothKinds) {
   for (const RequestResult& r : run.requests) {
     EXPECT_TRUE(r.record.ok || r.record.cancelled) << r.index << ": " << r.error;
     if (!cancels[r.index].planned()) EXPECT_TRUE(r.record.ok) << r.index;
+  }
+}
+
+// Follow-ups (conversations' next turns, replacement streams): each scheduled request leads
+// to a chain of two more, each sent its delay after the previous one ended; the run returns
+// once the last has ended, with every prompt by index. One due after the duration bound is
+// never sent.
+TEST_F(DriverCancelTest, FollowUpsAreSentAfterTheirDelayAndTheRunWaitsForThem) {
+  constexpr double kDelayS = 0.1;
+  std::vector<Prompt> prompts = {Scripted(3, 0), Scripted(3, 0)};
+  for (int c = 0; c < 2; ++c) {
+    prompts[c].conversation = c;
+    prompts[c].turn = 1;
+  }
+  for (const double duration_s : {0.0, 0.05}) {
+    ScheduleOptions schedule{.duration_s = duration_s, .request_timeout_s = 30};
+    schedule.follow_up = [](const Prompt& p, const RequestResult& r,
+                            bool /*sent_all*/) -> std::optional<FollowUp> {
+      if (p.turn >= 3 || !r.record.ok) return std::nullopt;
+      Prompt next = p;
+      ++next.turn;
+      return FollowUp{next, kDelayS};
+    };
+    Driver driver({target_});
+    const RunResult run = driver.Run(prompts, {0.0, 0.0}, {}, RequestOptions{}, schedule, nullptr);
+    if (duration_s > 0) {
+      // Each first request takes >= 40 ms and its follow-up comes 100 ms later: past 50 ms.
+      EXPECT_EQ(run.requests.size(), 2u);
+      EXPECT_EQ(run.not_sent, 0);
+      continue;
+    }
+    ASSERT_EQ(run.requests.size(), 6u);
+    ASSERT_EQ(run.prompts.size(), 6u);
+    std::map<std::pair<int, int>, const RequestResult*> by_turn;
+    for (const RequestResult& r : run.requests) {
+      EXPECT_TRUE(r.record.ok) << r.index << ": " << r.error;
+      const Prompt& p = run.prompts[r.index];
+      by_turn[{p.conversation, p.turn}] = &r;
+    }
+    ASSERT_EQ(by_turn.size(), 6u);
+    for (int c = 0; c < 2; ++c) {
+      for (int turn = 1; turn < 3; ++turn) {
+        const RequestResult& before = *by_turn[{c, turn}];
+        const RequestResult& after = *by_turn[{c, turn + 1}];
+        EXPECT_GE(after.send_s, before.send_s + before.record.e2el_ms / 1e3 + kDelayS - 1e-3)
+            << "conversation " << c << " turn " << turn + 1;
+      }
+    }
   }
 }
 

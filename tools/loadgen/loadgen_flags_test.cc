@@ -52,6 +52,11 @@ TEST(LoadgenFlagsTest, BadFlagsExitTwoNamingTheFlag) {
       {"--check_metrics", "--check_metrics: needs --metrics_urls"},
       {"--metrics_urls=nohost", "--metrics_urls: metrics address 'nohost'"},
       {"--target=", "--target"},
+      {"--workload=chat", "--workload: 'chat'"},
+      {"--workload=conversation --turns=0", "--turns: 0: must be >= 1"},
+      {"--workload=conversation --dataset_path=x.jsonl", "--workload: conversation sends"},
+      {"--workload=conversation --think_time_ms=-5", "--think_time_ms: -5"},
+      {"--workload=mixed --streams=0", "--streams: 0: must be >= 1"},
       {"extra", "unexpected argument 'extra'"},
   };
   for (const auto& [flags, message] : cases) {

@@ -43,6 +43,23 @@ ABSL_FLAG(int, random_output_len, 128, "random dataset: mean tokens to generate"
 ABSL_FLAG(double, random_range_ratio, 0.0,
           "random dataset: lengths uniform in [len * (1 - r), len * (1 + r)], r in [0, 1)");
 ABSL_FLAG(int, random_vocab_size, 0, "random dataset: token ids from [0, this); 0 = the servers'");
+ABSL_FLAG(std::string, workload, "requests",
+          "requests: the dataset's prompts, independent; conversation: --conversations "
+          "multi-turn conversations side by side, each turn resending the history (turn 1: "
+          "--history_len random tokens; each later turn adds the previous answer and "
+          "--turn_input_len new tokens; --random_output_len tokens per answer), TTFT and cached "
+          "tokens reported per turn; mixed: --streams decode streams run while the dataset's "
+          "prompts arrive, the streams' inter-token gaps reported apart");
+ABSL_FLAG(int, conversations, 4, "conversation workload: conversations side by side");
+ABSL_FLAG(int, turns, 8, "conversation workload: turns per conversation");
+ABSL_FLAG(int, history_len, 1024, "conversation workload: tokens of turn 1's prompt");
+ABSL_FLAG(int, turn_input_len, 128, "conversation workload: new tokens each later turn adds");
+ABSL_FLAG(double, think_time_ms, 0,
+          "conversation workload: pause between an answer's end and the next turn");
+ABSL_FLAG(int, streams, 8,
+          "mixed workload: decode streams kept running until every prompt has been sent");
+ABSL_FLAG(int, stream_input_len, 128, "mixed workload: prompt tokens of a stream");
+ABSL_FLAG(int, stream_output_len, 512, "mixed workload: tokens a stream generates");
 ABSL_FLAG(std::string, mode, "auto",
           "speculation mode: auto, off, ngram, draft_model, dflash or replay");
 ABSL_FLAG(int, tree_budget, 0, "drafted nodes per step; 0 = server default");
@@ -111,6 +128,15 @@ absl::StatusOr<RunConfig> ConfigFromFlags() {
   c.random_output_len = absl::GetFlag(FLAGS_random_output_len);
   c.random_range_ratio = absl::GetFlag(FLAGS_random_range_ratio);
   c.random_vocab_size = absl::GetFlag(FLAGS_random_vocab_size);
+  ASSIGN_OR_RETURN(c.workload, lg::ParseWorkloadKind(absl::GetFlag(FLAGS_workload)));
+  c.conversations = absl::GetFlag(FLAGS_conversations);
+  c.turns = absl::GetFlag(FLAGS_turns);
+  c.history_len = absl::GetFlag(FLAGS_history_len);
+  c.turn_input_len = absl::GetFlag(FLAGS_turn_input_len);
+  c.think_time_ms = absl::GetFlag(FLAGS_think_time_ms);
+  c.streams = absl::GetFlag(FLAGS_streams);
+  c.stream_input_len = absl::GetFlag(FLAGS_stream_input_len);
+  c.stream_output_len = absl::GetFlag(FLAGS_stream_output_len);
   ASSIGN_OR_RETURN(const treespec::v1::SpeculationMode mode,
                    lg::ParseSpeculationMode(absl::GetFlag(FLAGS_mode)));
   c.request = {.mode = mode,

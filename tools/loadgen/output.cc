@@ -41,10 +41,15 @@ void Flatten(const std::string& key, const nlohmann::json& value,
 
 }  // namespace
 
-nlohmann::json RequestJson(const RequestResult& result) {
+nlohmann::json RequestJson(const RequestResult& result, const Prompt* prompt) {
   const RequestRecord& r = result.record;
   nlohmann::json j;
   j["index"] = result.index;
+  if (prompt != nullptr && prompt->conversation >= 0) {
+    j["conversation"] = prompt->conversation;
+    j["turn"] = prompt->turn;
+  }
+  if (prompt != nullptr && !prompt->group.empty()) j["group"] = prompt->group;
   j["request_id"] = result.request_id;
   j["target"] = result.target;
   j["attempts"] = result.attempts;
@@ -61,6 +66,7 @@ nlohmann::json RequestJson(const RequestResult& result) {
   }
   j["finish_reason"] = result.finish_reason;
   j["input_tokens"] = r.input_tokens;
+  j["cached_tokens"] = r.cached_tokens;
   j["output_tokens"] = r.output_tokens;
   j["ttft_ms"] = r.ttft_ms;
   const std::optional<double> tpot = Tpot(r);
@@ -74,9 +80,14 @@ nlohmann::json RequestJson(const RequestResult& result) {
   return j;
 }
 
-std::string RequestsJsonl(absl::Span<const RequestResult> results) {
+std::string RequestsJsonl(absl::Span<const RequestResult> results,
+                          absl::Span<const Prompt> prompts) {
   std::string out;
-  for (const RequestResult& r : results) absl::StrAppend(&out, RequestJson(r).dump(), "\n");
+  for (const RequestResult& r : results) {
+    const Prompt* prompt =
+        r.index >= 0 && static_cast<size_t>(r.index) < prompts.size() ? &prompts[r.index] : nullptr;
+    absl::StrAppend(&out, RequestJson(r, prompt).dump(), "\n");
+  }
   return out;
 }
 
@@ -135,6 +146,7 @@ std::string SummaryReport(const nlohmann::json& summary, absl::Span<const double
   if (summary.value("cancelled", 0) > 0) row("Cancelled requests:", number("cancelled"));
   row("Benchmark duration (s):", number("duration"));
   row("Total input tokens:", number("total_input_tokens"));
+  row("Cached input tokens (prefix cache):", number("total_cached_tokens"));
   row("Total generated tokens:", number("total_output_tokens"));
   row("Request throughput (req/s):", number("request_throughput"));
   if (summary.contains("request_goodput"))
@@ -181,6 +193,45 @@ std::string SummaryReport(const nlohmann::json& summary, absl::Span<const double
     row("Server counters (delta):", verdict);
   }
   title("", '=');
+  return out;
+}
+
+std::string WorkloadReport(const nlohmann::json& summary) {
+  std::string out;
+  auto value = [](const nlohmann::json& j, const char* key, const char* format) -> std::string {
+    const auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return "n/a";
+    return absl::StrFormat(format, it->get<double>());
+  };
+  if (const auto turns = summary.find("turns"); turns != summary.end()) {
+    absl::StrAppend(&out, "Per turn: TTFT (ms) and prefix-cache reuse\n",
+                    absl::StrFormat("%5s %9s %10s %10s %10s %12s %12s %8s\n", "turn", "requests",
+                                    "mean", "median", "max", "input tok", "cached tok", "reused"));
+    for (const nlohmann::json& t : *turns) {
+      absl::StrAppend(
+          &out, absl::StrFormat("%5d %9d %10s %10s %10s %12d %12d %8s\n", t["turn"].get<int>(),
+                                t["completed"].get<int>(), value(t, "mean_ttft_ms", "%.2f"),
+                                value(t, "median_ttft_ms", "%.2f"), value(t, "max_ttft_ms", "%.2f"),
+                                t["total_input_tokens"].get<int64_t>(),
+                                t["total_cached_tokens"].get<int64_t>(),
+                                value(t, "reused_share", "%.3f")));
+    }
+  }
+  if (const auto groups = summary.find("groups"); groups != summary.end()) {
+    const nlohmann::json& s = (*groups)["stream"];
+    const nlohmann::json& l = (*groups)["long_prompt"];
+    absl::StrAppend(&out, "Mixed load\n",
+                    absl::StrFormat("  streams: %d, inter-token gap median %s ms, p99 %s ms, max "
+                                    "%s ms (max / median %s)\n",
+                                    s["completed"].get<int>(), value(s, "median_itl_ms", "%.2f"),
+                                    value(s, "p99_itl_ms", "%.2f"), value(s, "max_itl_ms", "%.2f"),
+                                    value(s, "itl_max_over_median", "%.2f")),
+                    absl::StrFormat("  long prompts: %d, TTFT mean %s ms, median %s ms; prefill "
+                                    "%s tokens/s\n",
+                                    l["completed"].get<int>(), value(l, "mean_ttft_ms", "%.2f"),
+                                    value(l, "median_ttft_ms", "%.2f"),
+                                    value(l, "prefill_tokens_per_s", "%.0f")));
+  }
   return out;
 }
 

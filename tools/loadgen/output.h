@@ -16,13 +16,15 @@ namespace treespec::loadgen {
 
 // One request as a JSON object: index, request_id, target, attempts, send_s, send_unix_s, ok,
 // error (failures only), cancelled, cancel_after_tokens or cancel_after_ms (when a cancel was
-// planned), finish_reason, input_tokens, output_tokens (for a cancelled request, those that
-// arrived), ttft_ms, tpot_ms (null below 2 tokens), e2el_ms, itl_ms, and the speculation counts
-// (drafts, draft_tokens, accepted_tokens, accepted_per_depth).
-nlohmann::json RequestJson(const RequestResult& result);
+// planned), finish_reason, input_tokens, cached_tokens, output_tokens (for a cancelled request,
+// those that arrived), ttft_ms, tpot_ms (null below 2 tokens), e2el_ms, itl_ms, and the
+// speculation counts (drafts, draft_tokens, accepted_tokens, accepted_per_depth); with its
+// `prompt`, the workload's conversation and turn (conversations only) and group (when set).
+nlohmann::json RequestJson(const RequestResult& result, const Prompt* prompt = nullptr);
 
-// One line per request, RequestJson each.
-std::string RequestsJsonl(absl::Span<const RequestResult> results);
+// One line per request, RequestJson each (with its prompt, by index, when `prompts` has it).
+std::string RequestsJsonl(absl::Span<const RequestResult> results,
+                          absl::Span<const Prompt> prompts = {});
 
 // {"prompt_ids": [...], "output_ids": [...]} per completed request of `results` (by dataset
 // index into `prompts`), one per line: the replay drafter's record (--record_tokens).
@@ -40,6 +42,10 @@ std::string SummaryCsv(const nlohmann::json& summary);
 // The summary as a human-readable table in the layout of vLLM's serving benchmark, with the
 // speculation figures and the metrics cross-check (when the summary has one) at the end.
 std::string SummaryReport(const nlohmann::json& summary, absl::Span<const double> percentiles);
+
+// The workload's own figures (the summary's "turns" of a conversation run, "groups" of a mixed
+// one) as a table; empty for other runs.
+std::string WorkloadReport(const nlohmann::json& summary);
 
 // Writes `contents` to `path` (created or truncated); UNAVAILABLE naming the path on failure.
 absl::Status WriteFile(const std::string& path, absl::string_view contents);

@@ -46,6 +46,7 @@ TEST(OutputTest, RequestJsonHasTheFiguresAndTheError) {
   ok.finish_reason = "FINISH_REASON_LENGTH";
   ok.record = {.ok = true,
                .input_tokens = 10,
+               .cached_tokens = 8,
                .output_tokens = 3,
                .ttft_ms = 20,
                .e2el_ms = 60,
@@ -63,6 +64,18 @@ TEST(OutputTest, RequestJsonHasTheFiguresAndTheError) {
   EXPECT_DOUBLE_EQ(j["tpot_ms"].get<double>(), 20);  // (60 - 20) / 2
   EXPECT_EQ(j["itl_ms"], nlohmann::json({40.0}));
   EXPECT_EQ(j["accepted_per_depth"], nlohmann::json({1}));
+  EXPECT_EQ(j["cached_tokens"], 8);
+  EXPECT_FALSE(j.contains("conversation") || j.contains("turn") || j.contains("group"));
+  // With its prompt: the workload's marks.
+  Prompt turn;
+  turn.conversation = 2;
+  turn.turn = 3;
+  const nlohmann::json t = RequestJson(ok, &turn);
+  EXPECT_EQ(t["conversation"], 2);
+  EXPECT_EQ(t["turn"], 3);
+  Prompt stream;
+  stream.group = "stream";
+  EXPECT_EQ(RequestJson(ok, &stream)["group"], "stream");
 
   RequestResult failed;
   failed.error = "UNAVAILABLE: draining";
@@ -77,6 +90,13 @@ TEST(OutputTest, RequestJsonHasTheFiguresAndTheError) {
   ASSERT_EQ(lines.size(), 3u) << "two lines and the final newline";
   EXPECT_EQ(nlohmann::json::parse(lines[0]), j);
   EXPECT_EQ(nlohmann::json::parse(lines[1]), f);
+  // Prompts by index: request 4 has none here, request 0 its turn.
+  std::vector<Prompt> prompts(1);
+  prompts[0] = turn;
+  const std::string with_prompts = RequestsJsonl(std::vector<RequestResult>{ok, failed}, prompts);
+  const std::vector<std::string> marked = absl::StrSplit(with_prompts, '\n');
+  EXPECT_FALSE(nlohmann::json::parse(marked[0]).contains("turn"));
+  EXPECT_EQ(nlohmann::json::parse(marked[1])["turn"], 3);
 }
 
 TEST(OutputTest, RequestJsonSaysWhatWasCancelledAndWhere) {

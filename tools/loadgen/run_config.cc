@@ -94,6 +94,14 @@ absl::StatusOr<v1::SpeculationMode> ParseSpeculationMode(absl::string_view name)
   return mode;
 }
 
+absl::StatusOr<WorkloadKind> ParseWorkloadKind(absl::string_view name) {
+  if (name == "requests") return WorkloadKind::kRequests;
+  if (name == "conversation") return WorkloadKind::kConversation;
+  if (name == "mixed") return WorkloadKind::kMixed;
+  return Invalid("workload",
+                 absl::StrCat("'", name, "': expected requests, conversation or mixed"));
+}
+
 absl::StatusOr<DatasetKind> ParseDatasetKind(absl::string_view name,
                                              absl::string_view dataset_path) {
   if (name == "random") return DatasetKind::kRandom;
@@ -169,6 +177,30 @@ absl::Status ValidateRunConfig(const RunConfig& c) {
       }
       break;
   }
+  auto at_least_1 = [](absl::string_view flag, int value) {
+    return value >= 1 ? absl::OkStatus() : Invalid(flag, absl::StrCat(value, ": must be >= 1"));
+  };
+  if (c.workload == WorkloadKind::kConversation) {
+    if (c.dataset != DatasetKind::kRandom) {
+      return Invalid("workload", "conversation sends token-id turns: drop --dataset_path");
+    }
+    for (const auto& [flag, value] : {std::pair{"conversations", c.conversations},
+                                      {"turns", c.turns},
+                                      {"history_len", c.history_len},
+                                      {"turn_input_len", c.turn_input_len}}) {
+      if (absl::Status s = at_least_1(flag, value); !s.ok()) return s;
+    }
+    if (!(c.think_time_ms >= 0) || !std::isfinite(c.think_time_ms)) {
+      return Invalid("think_time_ms", absl::StrCat(c.think_time_ms, ": must be finite and >= 0"));
+    }
+  }
+  if (c.workload == WorkloadKind::kMixed) {
+    for (const auto& [flag, value] : {std::pair{"streams", c.streams},
+                                      {"stream_input_len", c.stream_input_len},
+                                      {"stream_output_len", c.stream_output_len}}) {
+      if (absl::Status s = at_least_1(flag, value); !s.ok()) return s;
+    }
+  }
   const RequestOptions& r = c.request;
   if (r.tree_budget < 0) return Invalid("tree_budget", "must be >= 0 (0: server default)");
   if (r.max_depth < 0) return Invalid("max_depth", "must be >= 0 (0: server default)");
@@ -202,6 +234,25 @@ nlohmann::json ToJson(const RunConfig& c) {
   } else {
     j["dataset_path"] = c.dataset_path;
     j["jsonl_output_len"] = c.jsonl_output_len;
+  }
+  switch (c.workload) {
+    case WorkloadKind::kRequests:
+      j["workload"] = "requests";
+      break;
+    case WorkloadKind::kConversation:
+      j["workload"] = "conversation";
+      j["conversations"] = c.conversations;
+      j["turns"] = c.turns;
+      j["history_len"] = c.history_len;
+      j["turn_input_len"] = c.turn_input_len;
+      j["think_time_ms"] = c.think_time_ms;
+      break;
+    case WorkloadKind::kMixed:
+      j["workload"] = "mixed";
+      j["streams"] = c.streams;
+      j["stream_input_len"] = c.stream_input_len;
+      j["stream_output_len"] = c.stream_output_len;
+      break;
   }
   const std::string mode = v1::SpeculationMode_Name(c.request.mode);
   j["mode"] = absl::AsciiStrToLower(absl::StripPrefix(mode, "SPECULATION_MODE_"));

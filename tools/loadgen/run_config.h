@@ -20,6 +20,10 @@ namespace treespec::loadgen {
 
 enum class DatasetKind { kRandom, kJsonl };
 
+// What shapes the requests: independent ones from the dataset; multi-turn conversations
+// (conversation.h); or the dataset's prompts arriving while decode streams run (mixed_load.h).
+enum class WorkloadKind { kRequests, kConversation, kMixed };
+
 // What every request carries besides its prompt.
 struct RequestOptions {
   v1::SpeculationMode mode = v1::SPECULATION_MODE_AUTO;
@@ -48,6 +52,18 @@ struct RunConfig {
   int random_output_len = 128;
   double random_range_ratio = 0.0;
   int random_vocab_size = 0;  // 0 = the servers' vocabulary
+  WorkloadKind workload = WorkloadKind::kRequests;
+  // kConversation: conversations side by side, each `turns` turns (output random_output_len
+  // tokens each); turn 1 is `history_len` tokens, later turns add `turn_input_len`.
+  int conversations = 4;
+  int turns = 8;
+  int history_len = 1024;
+  int turn_input_len = 128;
+  double think_time_ms = 0;
+  // kMixed: decode streams kept running while the dataset's prompts arrive.
+  int streams = 8;
+  int stream_input_len = 128;
+  int stream_output_len = 512;
   // Each request's generation settings; request.seed is set to `seed`.
   RequestOptions request;
   // How much and when.
@@ -88,6 +104,9 @@ absl::StatusOr<std::vector<double>> ParsePercentiles(absl::string_view spec);
 
 // auto, off, ngram, draft_model, dflash or replay.
 absl::StatusOr<v1::SpeculationMode> ParseSpeculationMode(absl::string_view name);
+
+// requests, conversation or mixed.
+absl::StatusOr<WorkloadKind> ParseWorkloadKind(absl::string_view name);
 
 // random, jsonl, or "" (jsonl when `dataset_path` is set, else random).
 absl::StatusOr<DatasetKind> ParseDatasetKind(absl::string_view name,

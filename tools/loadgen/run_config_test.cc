@@ -163,5 +163,30 @@ TEST(RunConfigJsonTest, WritesAnInfiniteRateAsText) {
   EXPECT_EQ(ToJson(c)["request_rate"], 2.5);
 }
 
+// The workloads' settings: parsed by name, each count checked only for its own workload, and
+// written into the summary's config.
+TEST(RunConfigTest, WorkloadsAreParsedCheckedAndWritten) {
+  EXPECT_EQ(*ParseWorkloadKind("conversation"), WorkloadKind::kConversation);
+  EXPECT_EQ(*ParseWorkloadKind("mixed"), WorkloadKind::kMixed);
+  EXPECT_EQ(*ParseWorkloadKind("requests"), WorkloadKind::kRequests);
+  EXPECT_FALSE(ParseWorkloadKind("").ok());
+  RunConfig c = Good();
+  c.turns = 0;  // not a conversation run: not checked
+  c.streams = 0;
+  EXPECT_TRUE(ValidateRunConfig(c).ok());
+  EXPECT_FALSE(ToJson(c).contains("turns"));
+  c.workload = WorkloadKind::kConversation;
+  EXPECT_THAT(std::string(ValidateRunConfig(c).message()), HasSubstr("--turns: 0"));
+  c.turns = 3;
+  EXPECT_TRUE(ValidateRunConfig(c).ok());
+  EXPECT_EQ(ToJson(c)["workload"], "conversation");
+  EXPECT_EQ(ToJson(c)["turns"], 3);
+  c.workload = WorkloadKind::kMixed;
+  EXPECT_THAT(std::string(ValidateRunConfig(c).message()), HasSubstr("--streams: 0"));
+  c.streams = 2;
+  EXPECT_TRUE(ValidateRunConfig(c).ok());
+  EXPECT_EQ(ToJson(c)["streams"], 2);
+}
+
 }  // namespace
 }  // namespace treespec::loadgen

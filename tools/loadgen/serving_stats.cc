@@ -47,6 +47,7 @@ void AddMetric(nlohmann::json& out, const std::string& name, std::vector<double>
   out[absl::StrCat("mean_", name, "_ms")] = Mean(values);
   out[absl::StrCat("median_", name, "_ms")] = SortedPercentile(values, 50);
   out[absl::StrCat("std_", name, "_ms")] = StdDev(values);
+  out[absl::StrCat("max_", name, "_ms")] = values.empty() ? 0.0 : values.back();
   for (double p : percentiles) {
     out[absl::StrCat("p", PercentileWord(p), "_", name, "_ms")] = SortedPercentile(values, p);
   }
@@ -79,7 +80,7 @@ bool MeetsSlo(const RequestRecord& r, const Slo& slo) {
 nlohmann::json Summarize(absl::Span<const RequestRecord> records, double duration_s,
                          absl::Span<const double> percentiles, const Slo& slo) {
   int completed = 0, failed = 0, cancelled = 0, good = 0;
-  int64_t input = 0, output = 0, drafts = 0, draft_tokens = 0, accepted = 0;
+  int64_t input = 0, cached = 0, output = 0, drafts = 0, draft_tokens = 0, accepted = 0;
   std::vector<int64_t> per_depth;
   std::vector<double> ttft, tpot, itl, e2el;
   for (const RequestRecord& r : records) {
@@ -94,6 +95,7 @@ nlohmann::json Summarize(absl::Span<const RequestRecord> records, double duratio
     ++completed;
     good += MeetsSlo(r, slo) ? 1 : 0;
     input += r.input_tokens;
+    cached += r.cached_tokens;
     output += r.output_tokens;
     ttft.push_back(r.ttft_ms);
     e2el.push_back(r.e2el_ms);
@@ -116,6 +118,9 @@ nlohmann::json Summarize(absl::Span<const RequestRecord> records, double duratio
   out["failed"] = failed;
   out["cancelled"] = cancelled;
   out["total_input_tokens"] = input;
+  out["total_cached_tokens"] = cached;
+  out["prefix_cache_hit_rate"] =
+      input > 0 ? nlohmann::json(static_cast<double>(cached) / input) : nlohmann::json(nullptr);
   out["total_output_tokens"] = output;
   out["request_throughput"] = per_second(completed);
   if (slo.ttft_ms || slo.tpot_ms || slo.e2el_ms) out["request_goodput"] = per_second(good);

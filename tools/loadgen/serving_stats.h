@@ -31,6 +31,7 @@ struct RequestRecord {
   // neither completed nor failed, and left out of every other figure.
   bool cancelled = false;
   int input_tokens = 0;
+  int cached_tokens = 0;  // of the input, reused from the verifier's prefix cache
   int output_tokens = 0;
   double ttft_ms = 0;
   double e2el_ms = 0;
@@ -59,8 +60,9 @@ std::optional<double> Tpot(const RequestRecord& r);
 bool MeetsSlo(const RequestRecord& r, const Slo& slo);
 
 // The summary of a run of `duration_s` seconds: completed, failed, cancelled, total_input_tokens,
+// total_cached_tokens, prefix_cache_hit_rate (cached / input tokens, null without input),
 // total_output_tokens, request_throughput, request_goodput (when any SLO is set),
-// output_throughput, total_token_throughput, {mean,median,std,p<P>}_{ttft,tpot,itl,e2el}_ms for
+// output_throughput, total_token_throughput, {mean,median,std,max,p<P>}_{ttft,tpot,itl,e2el}_ms for
 // each P of `percentiles` (p99 is written "p99", p99.9 "p99.9"), and the speculation figures
 // spec_decode_num_drafts, spec_decode_draft_tokens, spec_decode_accepted_tokens,
 // spec_decode_acceptance_rate (accepted / draft tokens, %), spec_decode_acceptance_length

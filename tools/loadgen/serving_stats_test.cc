@@ -37,6 +37,7 @@ std::vector<RequestRecord> Fixture() {
   RequestRecord r2;
   r2.ok = true;
   r2.input_tokens = 20;
+  r2.cached_tokens = 16;
   r2.output_tokens = 1;
   r2.ttft_ms = 80;
   r2.e2el_ms = 80;
@@ -45,6 +46,7 @@ std::vector<RequestRecord> Fixture() {
   RequestRecord r3;
   r3.ok = false;
   r3.input_tokens = 99;
+  r3.cached_tokens = 64;  // a failure's count nothing
   r3.output_tokens = 7;
   r3.ttft_ms = 1;
   return {r1, r2, r3};
@@ -58,6 +60,9 @@ TEST(SummarizeTest, TpotIsPerTokenWhileItlIsPerMessage) {
   EXPECT_EQ(s["completed"], 2);
   EXPECT_EQ(s["failed"], 1);
   EXPECT_EQ(s["total_input_tokens"], 30);
+  EXPECT_EQ(s["total_cached_tokens"], 16);
+  EXPECT_DOUBLE_EQ(s["prefix_cache_hit_rate"].get<double>(), 16.0 / 30);
+  EXPECT_DOUBLE_EQ(s["max_ttft_ms"].get<double>(), 100);
   EXPECT_EQ(s["total_output_tokens"], 7);
   EXPECT_DOUBLE_EQ(s["request_throughput"].get<double>(), 1.0);
   EXPECT_DOUBLE_EQ(s["output_throughput"].get<double>(), 3.5);
