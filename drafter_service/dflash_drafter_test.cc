@@ -25,9 +25,9 @@ std::string Source(const std::string& rel) { return std::string(TREESPEC_SOURCE_
 class DflashDrafterTest : public ::testing::Test {
  protected:
   static DflashLm Load() {
-    absl::StatusOr<DflashLm> d = LoadDflashLm(Source("tests/data/models/dflash_random"),
-                                              Source("models/tiny-target"), "cpu",
-                                              LmOptions{.max_batch = 2});
+    absl::StatusOr<DflashLm> d =
+        LoadDflashLm(Source("tests/data/models/dflash_random"), Source("models/tiny-target"), "cpu",
+                     LmOptions{.max_batch = 2});
     EXPECT_TRUE(d.ok()) << d.status();
     return *std::move(d);
   }

@@ -257,7 +257,16 @@ DraftModelSession::DraftModelSession(std::shared_ptr<DraftBatcher> batcher,
 }
 
 DraftModelSession::~DraftModelSession() {
-  batcher_->WithModel([this](CausalLm& m) { m.FreeSequence(seq_); });
+  batcher_->WithModel([this](CausalLm& m) {
+    // Its context's K/V are final: the full pages stay for the request's next turn.
+    if (options_.prefix_cache && !broken_) m.kv_cache().CachePages(seq_, context_);
+    m.FreeSequence(seq_);
+  });
+}
+
+std::optional<int> DraftModelSession::cached_prompt_tokens() const {
+  if (!options_.prefix_cache) return std::nullopt;
+  return cached_prompt_tokens_;
 }
 
 int DraftModelSession::DraftableDepth(int max_depth) const {
@@ -266,7 +275,7 @@ int DraftModelSession::DraftableDepth(int max_depth) const {
   return out_of_window_ ? 0 : std::min(max_depth, context_window_ - committed_len_ + 1);
 }
 
-bool DraftModelSession::StartAppend(absl::Span<const int32_t> tokens, absl::Status* status) {
+bool DraftModelSession::StartAppend(absl::Span<const int32_t>& tokens, absl::Status* status) {
   *status = absl::OkStatus();
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || tokens[i] >= vocab_size_) {
@@ -290,17 +299,32 @@ bool DraftModelSession::StartAppend(absl::Span<const int32_t> tokens, absl::Stat
     last_top_.clear();
     return false;
   }
+  if (options_.prefix_cache && committed_len_ == 0 && context_.empty()) {
+    // The prompt: never attached whole (its last token's distribution is computed).
+    cached_prompt_tokens_ = batcher_->WithModel(
+        [&](CausalLm& m) { return m.kv_cache().AttachCachedPrefix(seq_, tokens); });
+    committed_len_ = cached_prompt_tokens_;
+    context_.assign(tokens.begin(), tokens.begin() + cached_prompt_tokens_);
+    tokens.remove_prefix(cached_prompt_tokens_);
+  }
   return true;
 }
 
+void DraftModelSession::EndAppend(absl::Span<const int32_t> tokens, const absl::Status& status) {
+  if (status.ok()) {
+    context_.insert(context_.end(), tokens.begin(), tokens.end());
+  } else {
+    broken_ = true;
+  }
+}
+
 absl::Status DraftModelSession::Append(const DraftContext& added) {
-  const absl::Span<const int32_t> tokens = added.tokens;
+  absl::Span<const int32_t> tokens = added.tokens;
   absl::Status status;
   if (!StartAppend(tokens, &status)) return status;
   AppendJob job(*this, tokens);
   status = batcher_->Run(job);
-  // Earlier chunks may be committed: the cache no longer matches the context.
-  if (!status.ok()) broken_ = true;
+  EndAppend(tokens, status);
   return status;
 }
 
@@ -337,7 +361,7 @@ absl::StatusOr<DraftedTree> DraftModelSession::Draft(const SpecLimits& limits) {
 
 absl::StatusOr<DraftedTree> DraftModelSession::AppendAndDraft(const DraftContext& added,
                                                               const SpecLimits& limits) {
-  const absl::Span<const int32_t> tokens = added.tokens;
+  absl::Span<const int32_t> tokens = added.tokens;
   absl::Status status;
   if (!StartAppend(tokens, &status)) {
     if (!status.ok()) return status;
@@ -347,10 +371,9 @@ absl::StatusOr<DraftedTree> DraftModelSession::AppendAndDraft(const DraftContext
   std::unique_ptr<DraftingJob> draft = NewDraftJob(limits);
   ThenJob both(append, *draft);
   status = batcher_->Run(both);
-  if (!status.ok() && !both.in_second()) {
-    broken_ = true;  // as Append
-    return status;
-  }
+  const bool appended = status.ok() || both.in_second();
+  EndAppend(tokens, appended ? absl::OkStatus() : status);
+  if (!appended) return status;
   return FinishDraft(*draft, status);
 }
 

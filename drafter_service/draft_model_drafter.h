@@ -35,6 +35,10 @@ struct DraftModelOptions {
   int max_expand_per_depth = 0;
   // Tokens per forward while appending (bounds the [chunk, vocab] logits buffer).
   int append_chunk = 256;
+  // Prefix cache (--prefix_cache) in the draft model's paged KV, keyed as the verifier's is
+  // (PagedKvCache): a session that ends leaves the full pages of its context cached, and a new
+  // session's prompt reuses the longest cached run of them, computing only the rest.
+  bool prefix_cache = true;
 };
 
 class DraftModelSession final : public DraftSession {
@@ -60,6 +64,7 @@ class DraftModelSession final : public DraftSession {
                                              const SpecLimits& limits) override;
 
   int committed_len() const { return committed_len_; }
+  std::optional<int> cached_prompt_tokens() const override;
 
  private:
   class AppendJob;
@@ -71,8 +76,12 @@ class DraftModelSession final : public DraftSession {
   // Depths a draft may reach from the committed context (0 once past the window).
   int DraftableDepth(int max_depth) const;
   // Checks the tokens; false when there is nothing to forward: *status is the error, or ok
-  // (no tokens, or tokens past the window, which end drafting).
-  bool StartAppend(absl::Span<const int32_t> tokens, absl::Status* status);
+  // (no tokens, or tokens past the window, which end drafting). The prompt's first tokens that
+  // the prefix cache holds are attached and dropped from `tokens`.
+  bool StartAppend(absl::Span<const int32_t>& tokens, absl::Status* status);
+  // After an append of `tokens` ended with `status`: the context grows by them, or the
+  // session is broken (earlier chunks may be committed).
+  void EndAppend(absl::Span<const int32_t> tokens, const absl::Status& status);
   // The draft job of this session's shape for `limits`.
   std::unique_ptr<DraftingJob> NewDraftJob(const SpecLimits& limits);
   // The job's tree after it ran with `status` (the job dropped its K/V when it ended).
@@ -83,9 +92,11 @@ class DraftModelSession final : public DraftSession {
   const int vocab_size_;
   const int context_window_;  // the draft model's max positions
   SeqId seq_ = 0;
-  int committed_len_ = 0;       // tokens whose K/V are in the cache
-  bool out_of_window_ = false;  // the context outgrew the draft model: no more drafts
-  bool broken_ = false;         // an Append failed half-way: the cache no longer matches
+  int committed_len_ = 0;         // tokens whose K/V are in the cache
+  bool out_of_window_ = false;    // the context outgrew the draft model: no more drafts
+  bool broken_ = false;           // an Append failed half-way: the cache no longer matches
+  std::vector<int32_t> context_;  // the committed tokens, for the prefix cache at the end
+  int cached_prompt_tokens_ = 0;
   // The top max_top_k of log p(next | context), ranked; empty before any token.
   std::vector<TokenLogProb> last_top_;
 };

@@ -208,6 +208,49 @@ TEST_F(DraftModelDrafterTest, AppendAfterDraftContinuesCorrectly) {
   }
 }
 
+// The prefix cache: a session that ended leaves its context's full pages cached; a new session
+// whose prompt continues that context (a conversation's next turn) attaches them, computes the
+// rest, and drafts the very trees of a session without the cache (bit for bit on the CPU).
+TEST_F(DraftModelDrafterTest, APromptContinuingAnEndedSessionReusesItsCachedPages) {
+  auto factory = Factory(DraftShape::kTree);  // the prefix cache is on by default
+  std::vector<int32_t> context = RandomTokens(40, config_.vocab_size, 11);
+  {
+    auto first = *factory->NewSession();
+    ASSERT_TRUE(first->Append(TokenContext(context)).ok());
+    EXPECT_EQ(first->cached_prompt_tokens(), 0);
+    ASSERT_TRUE(first->Draft(SpecLimits{12, 6}).ok());
+    const std::vector<int32_t> emitted = {5, 9, 13};
+    ASSERT_TRUE(first->Append(TokenContext(emitted)).ok());
+    context.insert(context.end(), emitted.begin(), emitted.end());
+  }  // 43 tokens: 2 full pages of 16 stay cached
+  std::vector<int32_t> turn = context;
+  for (int32_t t : RandomTokens(10, config_.vocab_size, 12)) turn.push_back(t);
+  auto warm = *factory->NewSession();
+  ASSERT_TRUE(warm->Append(TokenContext(turn)).ok());
+  EXPECT_EQ(warm->cached_prompt_tokens(), 32);
+  DraftModelOptions cold_options;
+  cold_options.append_chunk = 16;
+  cold_options.prefix_cache = false;
+  std::unique_ptr<DraftSession> cold = OpenWith(cold_options, turn);
+  ASSERT_TRUE(cold);
+  EXPECT_FALSE(cold->cached_prompt_tokens().has_value());
+  for (int step = 0; step < 3; ++step) {
+    const DraftedTree a = *warm->Draft(SpecLimits{12, 6});
+    const DraftedTree b = *cold->Draft(SpecLimits{12, 6});
+    ASSERT_FALSE(a.tokens.empty());
+    EXPECT_EQ(a.tokens, b.tokens) << "step " << step;
+    EXPECT_EQ(a.parents, b.parents);
+    EXPECT_EQ(a.logprobs, b.logprobs);
+    const std::vector<int32_t> emitted = {a.tokens[0], static_cast<int32_t>(step + 3)};
+    ASSERT_TRUE(warm->Append(TokenContext(emitted)).ok());
+    ASSERT_TRUE(cold->Append(TokenContext(emitted)).ok());
+  }
+  // A prompt that shares nothing attaches nothing.
+  auto other = *factory->NewSession();
+  ASSERT_TRUE(other->Append(TokenContext(RandomTokens(40, config_.vocab_size, 13))).ok());
+  EXPECT_EQ(other->cached_prompt_tokens(), 0);
+}
+
 TEST_F(DraftModelDrafterTest, LimitsEmptyContextAndBadTokens) {
   auto factory = Factory(DraftShape::kTree);
   auto session = *factory->NewSession();

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "common/tree/draft_context.h"
@@ -30,6 +31,9 @@ class DraftSession {
     if (absl::Status s = Append(added); !s.ok()) return s;
     return Draft(limits);
   }
+  // Of the prompt (the first Append), the tokens whose state the session took from its
+  // drafter's prefix cache instead of computing; nullopt for a drafter without one.
+  virtual std::optional<int> cached_prompt_tokens() const { return std::nullopt; }
 };
 
 class DrafterFactory {

@@ -80,6 +80,10 @@ ABSL_FLAG(int, threads, 0,
           "(a session's task waits while its forwards run batched with the others')");
 ABSL_FLAG(int, vocab_size, 0,
           "token ids must be < this; 0 = the draft model's vocab (no upper check without one)");
+ABSL_FLAG(std::string, prefix_cache, "on",
+          "draft model: on = a session that ends leaves the full KV pages of its context "
+          "cached and a new session's prompt reuses the longest cached prefix (keyed as the "
+          "verifier's prefix cache); off = every prompt is computed whole");
 ABSL_FLAG(int, max_sessions, 64, "concurrent sessions the draft model's KV cache is sized for");
 ABSL_FLAG(int, ngram_min, 1, "shortest context suffix the ngram drafter matches");
 ABSL_FLAG(int, ngram_max, 4, "longest context suffix the ngram drafter matches");
@@ -186,11 +190,17 @@ absl::Status Run() {
         absl::StrCat("--tree_mode must be tree or chain, got '", shape, "'"));
   }
   const DraftShape draft_shape = shape == "tree" ? DraftShape::kTree : DraftShape::kChain;
+  const std::string prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
+  if (prefix_cache != "on" && prefix_cache != "off") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prefix_cache=", prefix_cache, ": want on or off"));
+  }
   const std::string model_dir = absl::GetFlag(FLAGS_draft_model);
   if (!model_dir.empty()) {
     DraftModelOptions model_options;
     model_options.shape = draft_shape;
     model_options.max_expand_per_depth = absl::GetFlag(FLAGS_expand_per_depth);
+    model_options.prefix_cache = prefix_cache == "on";
     // Children of the bonus, at most: a session's top_k (or, unset, its tree budget).
     model_options.max_top_k = std::max(options.spec.max.tree_budget, options.spec.max.top_k);
     if (model_options.max_expand_per_depth < 0) {

@@ -23,6 +23,14 @@ DrafterMetrics::DrafterMetrics() : registry_(std::make_shared<prometheus::Regist
                         .Help("Time to append a commit and draft its tree, on the worker thread")
                         .Register(*registry_)
                         .Add({}, buckets);
+  cache_queried_ = &prometheus::BuildCounter()
+                        .Name("treespec_drafter_prefix_cache_queried_tokens_total")
+                        .Help("Prompt tokens of sessions looked up in the drafter's prefix cache")
+                        .Register(*registry_);
+  cache_hit_ = &prometheus::BuildCounter()
+                    .Name("treespec_drafter_prefix_cache_hit_tokens_total")
+                    .Help("Prompt tokens of sessions reused from the drafter's prefix cache")
+                    .Register(*registry_);
   queue_seconds_ = &prometheus::BuildHistogram()
                         .Name("treespec_drafter_tree_queue_seconds")
                         .Help("Wait of a session's next tree for a drafting thread")
@@ -38,6 +46,12 @@ void DrafterMetrics::OnSessionOpened() {
 void DrafterMetrics::OnSessionClosed() { --active_; }
 
 void DrafterMetrics::OnSessionReaped() { sessions_reaped_->Increment(); }
+
+void DrafterMetrics::OnPrefixLookup(DrafterKind kind, int queried, int hit) {
+  const std::map<std::string, std::string> labels = {{"kind", DrafterKindName(kind)}};
+  cache_queried_->Add(labels).Increment(queried);
+  cache_hit_->Add(labels).Increment(hit);
+}
 
 void DrafterMetrics::OnTreeBuilt(double seconds, int nodes) {
   build_seconds_->Observe(seconds);

@@ -6,7 +6,9 @@
 //   treespec_drafter_tree_build_seconds (histogram: append a commit + draft its tree, on the
 //   worker thread),
 //   treespec_drafter_queued_trees (gauge: sessions whose next tree waits for a drafting thread),
-//   treespec_drafter_tree_queue_seconds (histogram: that wait, per tree).
+//   treespec_drafter_tree_queue_seconds (histogram: that wait, per tree),
+//   treespec_drafter_prefix_cache_{queried,hit}_tokens_total{kind} (prompt tokens of sessions
+//   whose drafter has a prefix cache, looked up / reused from it).
 #ifndef TREESPEC_DRAFTER_SERVICE_DRAFTER_METRICS_H_
 #define TREESPEC_DRAFTER_SERVICE_DRAFTER_METRICS_H_
 
@@ -16,9 +18,12 @@
 #include <prometheus/registry.h>
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "common/tree/drafter_kind.h"
 
 namespace treespec {
 
@@ -36,6 +41,9 @@ class DrafterMetrics final : public prometheus::Collectable {
   // `waited_seconds`.
   void OnTreeQueued();
   void OnTreeDequeued(double waited_seconds);
+  // A session of `kind` looked its prompt of `queried` tokens up in its prefix cache and
+  // reused `hit` of them.
+  void OnPrefixLookup(DrafterKind kind, int queried, int hit);
 
   // prometheus::Collectable: the counters and histograms, then the two gauges.
   std::vector<prometheus::MetricFamily> Collect() const override;
@@ -53,6 +61,8 @@ class DrafterMetrics final : public prometheus::Collectable {
   prometheus::Counter* stale_steps_;
   prometheus::Histogram* build_seconds_;
   prometheus::Histogram* queue_seconds_;
+  prometheus::Family<prometheus::Counter>* cache_queried_;
+  prometheus::Family<prometheus::Counter>* cache_hit_;
 };
 
 }  // namespace treespec

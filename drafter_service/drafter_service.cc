@@ -490,6 +490,11 @@ class DrafterService::SessionReactor final
       if (session.ok()) {
         session_ = *std::move(session);
         status = session_->Append(work.added);
+        const std::optional<int> cached = session_->cached_prompt_tokens();
+        if (status.ok() && cached.has_value() && service_->metrics_ != nullptr) {
+          service_->metrics_->OnPrefixLookup(kind_, static_cast<int>(work.added.tokens.size()),
+                                             *cached);
+        }
       } else {
         status = session.status();
       }

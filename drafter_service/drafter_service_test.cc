@@ -502,6 +502,28 @@ TEST_F(DrafterServiceTest, DraftModelRoundTrip) {
   ASSERT_TRUE(stream->WritesDone());
   EXPECT_TRUE(stream->Finish().ok());
   EXPECT_TRUE(WaitForNoSessions());
+  // The session left its context (20 + 4 x 2 tokens: one full page of 16) in the draft model's
+  // prefix cache; a session whose prompt continues it reuses that page.
+  std::vector<int32_t> turn = prompt;
+  for (int step = 0; step < 4; ++step) {
+    turn.insert(turn.end(), {static_cast<int32_t>(step * 7 % kVocab), 5});
+  }
+  turn.push_back(9);
+  grpc::ClientContext next_ctx;
+  std::unique_ptr<Stream> next = stub_->Draft(&next_ctx);
+  ASSERT_TRUE(next->Write(Open(turn, v1::SPECULATION_MODE_DRAFT_MODEL, 10, 4)));
+  ReadOpened(next.get());
+  ASSERT_TRUE(next->Write(Commit(0, {3})));
+  v1::DraftResponse response;
+  ASSERT_TRUE(next->Read(&response));
+  ASSERT_TRUE(next->WritesDone());
+  EXPECT_TRUE(next->Finish().ok());
+  const std::string text = metrics_.Scrape();
+  EXPECT_THAT(
+      text,
+      HasSubstr("treespec_drafter_prefix_cache_queried_tokens_total{kind=\"draft_model\"} 49\n"));
+  EXPECT_THAT(
+      text, HasSubstr("treespec_drafter_prefix_cache_hit_tokens_total{kind=\"draft_model\"} 16\n"));
 }
 
 // The value of the (unlabelled) counter or gauge `name` in the drafter's metrics; -1 if absent.
