@@ -22,13 +22,15 @@ target=${TARGET:-models/tiny-target}
 read -r -a verifier_extra <<<"${VERIFIER_FLAGS:-}"
 trap 'stop_service "${VERIFIER_PID:-}"; stop_service "${DRAFTER_PID:-}"' EXIT
 
-start_service DRAFTER "$out/drafter.log" \
-  $run $bin/treespec-drafter --port=0 --draft_model=models/tiny-draft --device="$device" \
-  --dflash=models/tiny-dflash --dflash_target=models/tiny-target
 for cache in ${CACHE:-on off}; do
   for mode in ${MODES:-off draft_model dflash}; do
     point="$out/${mode}_cache_${cache}"
-    # A fresh verifier per point: nothing cached from the one before.
+    # A fresh drafter and verifier per point: nothing cached from the one before; the cache
+    # setting applies to both (the draft model's prefix cache with the verifier's).
+    start_service DRAFTER "$point.drafter.log" \
+      $run $bin/treespec-drafter --port=0 --draft_model=models/tiny-draft --device="$device" \
+      --dflash=models/tiny-dflash --dflash_target=models/tiny-target --prefix_cache="$cache" \
+      --metrics_port=0
     start_service VERIFIER "$point.verifier.log" \
       $run $bin/treespec-verifier --port=0 --model="$target" --drafter="$DRAFTER_ADDR" \
       --device="$device" --prefix_cache="$cache" --metrics_port=-1 "${verifier_extra[@]}"
@@ -36,7 +38,10 @@ for cache in ${CACHE:-on off}; do
       --conversations="${CONVERSATIONS:-4}" --turns="${TURNS:-8}" --history_len="${HISTORY:-512}" \
       --turn_input_len="${TURN_INPUT:-128}" --random_output_len="${OUTPUT:-64}" --mode="$mode" \
       --num_warmups=2 --seed=3 --progress=false --result_json="$point.json" >/dev/null
+    drafter_hits=$(curl -s "http://$DRAFTER_METRICS/metrics" | awk '/^treespec_drafter_prefix_cache_hit_tokens_total/ {s += $2} END {print s + 0}')
+    echo "$drafter_hits" > "$point.drafter_hits"
     stop_service "$VERIFIER_PID"; VERIFIER_PID=
+    stop_service "$DRAFTER_PID"; DRAFTER_PID=
     python3 - "$point.json" "$mode" "$cache" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -66,6 +71,7 @@ for cache in caches.split():
             "mean_ttft_ms_turns_2_on": sum(t["mean_ttft_ms"] for t in later) / max(1, len(later)),
             "cached_tokens": d["total_cached_tokens"], "reusable_tokens": reusable,
             "reused_share": d["total_cached_tokens"] / reusable if reusable else None,
+            "drafter_cached_tokens": int(float(open(os.path.join(out, f"{mode}_cache_{cache}.drafter_hits")).read())),
             "output_tokens_per_s": d["output_throughput"],
             "acceptance_length": d.get("spec_decode_acceptance_length"),
             "completed": d["completed"], "failed": d["failed"]}

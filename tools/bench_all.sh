@@ -10,6 +10,7 @@
 #                                              # sweep_replay_tau2_gpu sweep_replay_tau6_gpu
 #   tools/bench_all.sh OUT_DIR cpu [BENCH...]  # on any machine; BENCH of: forward drafter_cpu
 #                                              # feature_wire tau_sweep sweep_cpu
+#                                              # conversation_cpu
 #
 # Environment: BIN (default build/bin), RUN (a command prefix for the binaries: ".gpu/run" for
 # a gpu-bundle), COMMIT (the commit measured, when the tree has no .git, e.g. a bundle's copy),
@@ -29,7 +30,7 @@ case $set_name in
   gpu) default_benches=(ceilings verify_step verify_step_ddtree attention gemm e2e drafter_gpu
          tau_sweep_gpu sweep_gpu sweep_dflash_gpu sweep_replay_gpu sweep_replay_tau2_gpu
          sweep_replay_tau6_gpu) ;;
-  cpu) default_benches=(forward drafter_cpu feature_wire tau_sweep sweep_cpu) ;;
+  cpu) default_benches=(forward drafter_cpu feature_wire tau_sweep sweep_cpu conversation_cpu) ;;
   *) echo "bench_all: the set is gpu or cpu, not '$set_name'" >&2; exit 2 ;;
 esac
 benches=("$@")
@@ -58,6 +59,7 @@ declare -A commands=(
   [sweep_gpu]="env DEVICE=cuda:0 ROUNDS=3 PROMPTS_PER_CLIENT=8 MIN_PROMPTS=64 bench/concurrency_sweep.sh /tmp/treespec-sweep-gpu"
   [sweep_dflash_gpu]="env DEVICE=cuda:0 MODE=dflash ROUNDS=3 PROMPTS_PER_CLIENT=8 MIN_PROMPTS=64 bench/concurrency_sweep.sh /tmp/treespec-sweep-dflash-gpu"
   [sweep_cpu]="env ROUNDS=3 PROMPTS_PER_CLIENT=6 MIN_PROMPTS=16 bench/concurrency_sweep.sh /tmp/treespec-sweep-cpu"
+  [conversation_cpu]="bench/conversation.sh /tmp/treespec-conversation-cpu"
 )
 # The 8B-shape replay sweeps: τ ≈ 4, 2 and 6 (replace rates 0.22, 0.5, 0.13).
 for tau_rate in ":0.22" "_tau2:0.5" "_tau6:0.13"; do
@@ -71,6 +73,7 @@ declare -A sweep_json=(
   [sweep_replay_tau2_gpu]=/tmp/treespec-sweep-replay/replay_0.5/sweep.json
   [sweep_replay_tau6_gpu]=/tmp/treespec-sweep-replay/replay_0.13/sweep.json
   [sweep_cpu]=/tmp/treespec-sweep-cpu/sweep.json
+  [conversation_cpu]=/tmp/treespec-conversation-cpu/conversation.json
 )
 
 failed=0
