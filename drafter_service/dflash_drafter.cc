@@ -1,6 +1,7 @@
 #include "drafter_service/dflash_drafter.h"
 
 #include <algorithm>
+#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -50,11 +51,34 @@ DflashSession::DflashSession(std::shared_ptr<DraftBatcher> batcher,
                              std::shared_ptr<const DflashConfig> config,
                              const DflashOptions& options)
     : batcher_(std::move(batcher)), config_(std::move(config)), options_(options) {
-  seq_ = batcher_->WithModel([](CausalLm& m) { return m.CreateSequence(); });
+  seq_ = batcher_->WithModel([this](CausalLm& m) {
+    kv_ = &m.kv_cache();
+    return m.CreateSequence();
+  });
 }
 
 DflashSession::~DflashSession() {
-  batcher_->WithModel([this](CausalLm& m) { m.FreeSequence(seq_); });
+  batcher_->WithModel([this](CausalLm& m) {
+    // The rows in the sequence are final: their full pages stay for the next turn.
+    if (options_.prefix_cache) {
+      m.kv_cache().CachePages(seq_, absl::MakeConstSpan(context_).subspan(0, rows_));
+    }
+    m.FreeSequence(seq_);
+  });
+}
+
+int DflashSession::ReuseCachedPrompt(absl::Span<const int32_t> prompt, int offered, int page) {
+  if (!options_.prefix_cache || offered <= 0 || page <= 0 || tokens_ != 0 || rows_ != 0) return 0;
+  return batcher_->WithModel([&](CausalLm& m) {
+    const int attached = m.kv_cache().AttachCachedPrefix(seq_, prompt);
+    // Whole pages of the verifier's and of ours, so that both cut their caches at page bounds.
+    const int own = m.kv_cache().page_size();
+    const int unit = std::lcm(own, page);
+    const int rows = std::min(attached, offered) / unit * unit;
+    if (rows < attached) m.Truncate(seq_, rows);
+    rows_ = rows;
+    return rows;
+  });
 }
 
 absl::Status DflashSession::Append(const DraftContext& added) {
@@ -71,6 +95,9 @@ absl::Status DflashSession::Append(const DraftContext& added) {
   }
   if (!out_of_window_) pending_.Append(rows);
   tokens_ += static_cast<int64_t>(added.tokens.size());
+  if (options_.prefix_cache) {
+    context_.insert(context_.end(), added.tokens.begin(), added.tokens.end());
+  }
   if (!added.tokens.empty()) bonus_ = added.tokens.back();
   return absl::OkStatus();
 }
@@ -90,6 +117,9 @@ absl::StatusOr<DraftedTree> DflashSession::Draft(const SpecLimits& limits) {
                            config_->body.vocab_size);
   BlockJob job(*this, depth, k);
   if (absl::Status s = batcher_->Run(job); !s.ok()) return s;
+  // Rows' pages complete as the context grows: cached now, a conversation's next turn finds
+  // them even if it opens before this session has ended.
+  if (options_.prefix_cache) kv_->CachePages(seq_, absl::MakeConstSpan(context_).subspan(0, rows_));
   SpecLimits tree_limits = limits;
   tree_limits.max_depth = depth;
   return BuildDdTree(PerDepthCandidates(std::move(job.marginals())), 0, tree_limits);

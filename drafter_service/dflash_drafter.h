@@ -24,6 +24,11 @@ namespace treespec {
 
 struct DflashOptions {
   DraftShape shape = DraftShape::kTree;
+  // Prefix cache (--prefix_cache): a session that ends leaves the full pages of its context
+  // rows' K/V cached, keyed by their tokens as the verifier's KV pages are (a row is a function
+  // of the target's state at its token, so of the tokens up to it); a session whose verifier
+  // reuses a cached prompt prefix takes those rows from here (ReuseCachedPrompt).
+  bool prefix_cache = true;
 };
 
 class DflashSession final : public DraftSession {
@@ -45,6 +50,9 @@ class DflashSession final : public DraftSession {
   // One block after the bonus, max_depth + 1 long (at most the drafter's block size).
   // FAILED_PRECONDITION while the session lacks rows for its context.
   absl::StatusOr<DraftedTree> Draft(const SpecLimits& limits) override;
+  // Attaches the cached pages of rows that begin `prompt`, up to `offered` tokens in whole
+  // pages of both sizes (DraftSession::ReuseCachedPrompt).
+  int ReuseCachedPrompt(absl::Span<const int32_t> prompt, int offered, int page) override;
 
  private:
   class BlockJob;
@@ -53,10 +61,12 @@ class DflashSession final : public DraftSession {
   const std::shared_ptr<const DflashConfig> config_;
   const DflashOptions options_;
   SeqId seq_ = 0;
-  int rows_ = 0;            // context rows in the sequence (its committed slots)
-  TargetFeatures pending_;  // rows appended since, for the next draft to add
-  int64_t tokens_ = 0;      // context tokens appended
-  int32_t bonus_ = -1;      // the last of them
+  int rows_ = 0;                  // context rows in the sequence (its committed slots)
+  TargetFeatures pending_;        // rows appended since, for the next draft to add
+  int64_t tokens_ = 0;            // context tokens appended
+  std::vector<int32_t> context_;  // those tokens, for the prefix cache
+  PagedKvCache* kv_ = nullptr;    // the model's (thread-safe on its own)
+  int32_t bonus_ = -1;            // the last of them
   bool out_of_window_ = false;
 };
 

@@ -132,6 +132,61 @@ TEST_F(DflashDrafterTest, AChainIsEachDepthsArgmaxAndATreeHoldsIt) {
   }
 }
 
+// Rows [from, to) of `all`.
+TargetFeatures RowsOf(const TargetFeatures& all, int from, int to) {
+  TargetFeatures out;
+  out.rows = to - from;
+  out.width = out.rows > 0 ? all.width : 0;
+  out.bf16.assign(all.bf16.begin() + static_cast<size_t>(from) * all.width,
+                  all.bf16.begin() + static_cast<size_t>(to) * all.width);
+  return out;
+}
+
+// The prefix cache: a session that ended leaves the full pages of its rows cached, keyed by
+// their tokens; a session whose verifier offers the cached prefix of a prompt continuing that
+// context takes them (in whole pages of both sides' sizes, up to the offer) and is sent only
+// the rows after them, and drafts the very trees of a session given every row. A prompt the
+// drafter never saw takes nothing.
+TEST_F(DflashDrafterTest, ACachedPromptsRowsComeFromTheDraftersPrefixCache) {
+  DflashDrafterFactory factory = NewFactory(DraftShape::kTree);
+  std::vector<int32_t> context;
+  for (int i = 0; i < 40; ++i) context.push_back(100 + (i * 7) % 50);
+  const TargetFeatures all = Rows(60, 9);  // row i: the target's features at context token i
+  {
+    auto first = *factory.NewSession();
+    ASSERT_TRUE(first->Append(TokenContext(context)).ok());
+    ASSERT_TRUE(first->Append(DraftContext{{77}, RowsOf(all, 0, 40)}).ok());
+    ASSERT_TRUE(first->Draft(SpecLimits{8, 4, 0}).ok());  // its 40 rows go into the model
+  }  // ended: 2 full pages of 16 rows stay cached
+  context.push_back(77);
+  for (int i = 0; i < 10; ++i) context.push_back(200 + i);  // the next turn: 51 tokens
+
+  auto warm = *factory.NewSession();
+  // Offered 48 (the verifier's pages of 8): it holds 32.
+  EXPECT_EQ(warm->ReuseCachedPrompt(context, 48, 8), 32);
+  ASSERT_TRUE(warm->Append(TokenContext(context)).ok());
+  ASSERT_TRUE(warm->Append(DraftContext{{300}, RowsOf(all, 32, 51)}).ok());
+  auto cold = *NewFactory(DraftShape::kTree).NewSession();
+  ASSERT_TRUE(cold->Append(TokenContext(context)).ok());
+  ASSERT_TRUE(cold->Append(DraftContext{{300}, RowsOf(all, 0, 51)}).ok());
+  const DraftedTree a = *warm->Draft(SpecLimits{16, 6, 0});
+  const DraftedTree b = *cold->Draft(SpecLimits{16, 6, 0});
+  ASSERT_FALSE(a.tokens.empty());
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.parents, b.parents);
+  EXPECT_EQ(a.logprobs, b.logprobs);
+
+  // Less offered than held: the offer, in whole pages of both sizes (lcm(16, 24) = 48 > 24).
+  auto partial = *factory.NewSession();
+  EXPECT_EQ(partial->ReuseCachedPrompt(context, 16, 16), 16);
+  auto uneven = *factory.NewSession();
+  EXPECT_EQ(uneven->ReuseCachedPrompt(context, 24, 24), 0);
+  std::vector<int32_t> other = context;
+  other[0] = 4000;
+  auto stranger = *factory.NewSession();
+  EXPECT_EQ(stranger->ReuseCachedPrompt(other, 48, 16), 0);
+}
+
 TEST_F(DflashDrafterTest, TheBlockIsNoLongerThanTheDrafterWasTrainedFor) {
   DflashDrafterFactory factory = NewFactory(DraftShape::kChain);
   auto session = factory.NewSession();

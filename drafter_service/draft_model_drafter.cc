@@ -253,7 +253,10 @@ DraftModelSession::DraftModelSession(std::shared_ptr<DraftBatcher> batcher,
       options_(options),
       vocab_size_(batcher_->config().vocab_size),
       context_window_(batcher_->config().max_position_embeddings) {
-  seq_ = batcher_->WithModel([](CausalLm& m) { return m.CreateSequence(); });
+  seq_ = batcher_->WithModel([this](CausalLm& m) {
+    kv_ = &m.kv_cache();
+    return m.CreateSequence();
+  });
 }
 
 DraftModelSession::~DraftModelSession() {
@@ -313,6 +316,9 @@ bool DraftModelSession::StartAppend(absl::Span<const int32_t>& tokens, absl::Sta
 void DraftModelSession::EndAppend(absl::Span<const int32_t> tokens, const absl::Status& status) {
   if (status.ok()) {
     context_.insert(context_.end(), tokens.begin(), tokens.end());
+    // Pages complete as the context grows: cached now, a conversation's next turn finds them
+    // even if it opens before this session has ended.
+    if (options_.prefix_cache) kv_->CachePages(seq_, context_);
   } else {
     broken_ = true;
   }

@@ -95,7 +95,8 @@ class DraftModelSession final : public DraftSession {
   int committed_len_ = 0;         // tokens whose K/V are in the cache
   bool out_of_window_ = false;    // the context outgrew the draft model: no more drafts
   bool broken_ = false;           // an Append failed half-way: the cache no longer matches
-  std::vector<int32_t> context_;  // the committed tokens, for the prefix cache at the end
+  std::vector<int32_t> context_;  // the committed tokens, for the prefix cache
+  PagedKvCache* kv_ = nullptr;    // the model's (thread-safe on its own)
   int cached_prompt_tokens_ = 0;
   // The top max_top_k of log p(next | context), ranked; empty before any token.
   std::vector<TokenLogProb> last_top_;

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "common/tree/draft_context.h"
 #include "common/tree/spec_limits.h"
 #include "common/tree/token_tree.h"
@@ -34,6 +35,15 @@ class DraftSession {
   // Of the prompt (the first Append), the tokens whose state the session took from its
   // drafter's prefix cache instead of computing; nullopt for a drafter without one.
   virtual std::optional<int> cached_prompt_tokens() const { return std::nullopt; }
+  // Before the first Append, for a session that reads target features: the verifier holds the
+  // first `offered` tokens of `prompt` in its prefix cache (a multiple of `page`) and would send
+  // no feature rows for them. The session takes their rows from its own prefix cache, as many as
+  // it holds in whole pages of its own and `page` tokens up to `offered`, and returns how many:
+  // the first Append's rows then begin after them. 0 (the default): it takes none.
+  virtual int ReuseCachedPrompt(absl::Span<const int32_t> /*prompt*/, int /*offered*/,
+                                int /*page*/) {
+    return 0;
+  }
 };
 
 class DrafterFactory {

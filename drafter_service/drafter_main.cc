@@ -81,9 +81,10 @@ ABSL_FLAG(int, threads, 0,
 ABSL_FLAG(int, vocab_size, 0,
           "token ids must be < this; 0 = the draft model's vocab (no upper check without one)");
 ABSL_FLAG(std::string, prefix_cache, "on",
-          "draft model: on = a session that ends leaves the full KV pages of its context "
-          "cached and a new session's prompt reuses the longest cached prefix (keyed as the "
-          "verifier's prefix cache); off = every prompt is computed whole");
+          "on = a draft-model or DFlash session that ends leaves the full KV pages of its "
+          "context (DFlash: of its context rows) cached, keyed as the verifier's prefix cache; "
+          "a draft-model prompt reuses the longest cached prefix, a DFlash session the rows of "
+          "the prefix its verifier reuses; off = every prompt is computed whole");
 ABSL_FLAG(int, max_sessions, 64, "concurrent sessions the draft model's KV cache is sized for");
 ABSL_FLAG(int, ngram_min, 1, "shortest context suffix the ngram drafter matches");
 ABSL_FLAG(int, ngram_max, 4, "longest context suffix the ngram drafter matches");
@@ -260,9 +261,9 @@ absl::Status Run() {
            dflash_dir, dflash->lm->device(), config.body.num_layers, config.body.hidden_size,
            config.block_size, FeatureSpecString(config.features()),
            FeatureTargetString(config.features()), shape);
-    drafters.Add(DrafterKind::kDflash,
-                 std::make_unique<DflashDrafterFactory>(
-                     std::move(dflash->config), std::move(dflash->lm), DflashOptions{draft_shape}));
+    drafters.Add(DrafterKind::kDflash, std::make_unique<DflashDrafterFactory>(
+                                           std::move(dflash->config), std::move(dflash->lm),
+                                           DflashOptions{draft_shape, prefix_cache == "on"}));
   }
 
   if (const std::string replay = absl::GetFlag(FLAGS_replay); !replay.empty()) {

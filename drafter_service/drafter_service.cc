@@ -199,6 +199,9 @@ class DrafterService::SessionReactor final
     DraftContext added;    // the prompt for open, the commit's tokens and features
     int tree_budget = 0;   // the commit's (0: the session's)
     bool no_tree = false;  // append only, answer nothing
+    // Open: the verifier's cached prompt tokens (DraftOpen.cached_tokens) and KV page.
+    int offered_cached = 0;
+    int page_size = 0;
   };
 
   // The message just read, into request_.
@@ -347,13 +350,20 @@ class DrafterService::SessionReactor final
     limits_ = *limits;
     absl::Status status = CheckTokens(open.prompt_ids(), options.vocab_size, "prompt");
     if (!status.ok()) return status;
+    const int offered = open.cached_tokens(), page = open.page_size();
+    if (offered < 0 || offered > open.prompt_ids().size() || page < 0 ||
+        (offered > 0 && (page == 0 || offered % page != 0))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("open.cached_tokens ", offered, " must be a multiple of open.page_size ",
+                       page, " within the prompt's ", open.prompt_ids().size(), " tokens"));
+    }
     opened_ = true;
     context_tokens_ = open.prompt_ids().size();
-    queue_.push_back(Work{true, 0, {{open.prompt_ids().begin(), open.prompt_ids().end()}, {}}});
-    v1::DraftResponse opened;
-    ToProto(limits_, opened.mutable_opened()->mutable_limits());
-    *opened.mutable_opened()->mutable_drafter() = service_->info_;
-    writes_.push_back(std::move(opened));
+    Work work{true, 0, {{open.prompt_ids().begin(), open.prompt_ids().end()}, {}}};
+    work.offered_cached = feature_spec_.empty() ? 0 : offered;
+    work.page_size = page;
+    // DraftOpened follows from the worker, once the session knows which rows it holds.
+    queue_.push_back(std::move(work));
     return absl::OkStatus();
   }
 
@@ -489,6 +499,25 @@ class DrafterService::SessionReactor final
       absl::StatusOr<std::unique_ptr<DraftSession>> session = factory_->NewSession();
       if (session.ok()) {
         session_ = *std::move(session);
+        const int reused = work.offered_cached > 0
+                               ? session_->ReuseCachedPrompt(work.added.tokens, work.offered_cached,
+                                                             work.page_size)
+                               : 0;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          // Commit 0 brings the rows after them (a verifier that offered rows sends it only
+          // after this answer; one that offered none may have sent it already).
+          feature_rows_ += reused;
+          v1::DraftResponse opened;
+          ToProto(limits_, opened.mutable_opened()->mutable_limits());
+          *opened.mutable_opened()->mutable_drafter() = service_->info_;
+          opened.mutable_opened()->set_cached_tokens(reused);
+          writes_.push_back(std::move(opened));
+          AdvanceLocked();
+        }
+        if (work.offered_cached > 0 && service_->metrics_ != nullptr) {
+          service_->metrics_->OnPrefixLookup(kind_, work.offered_cached, reused);
+        }
         status = session_->Append(work.added);
         const std::optional<int> cached = session_->cached_prompt_tokens();
         if (status.ok() && cached.has_value() && service_->metrics_ != nullptr) {

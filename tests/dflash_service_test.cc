@@ -144,6 +144,49 @@ TEST_F(DflashServiceTest, ALongPromptsRowsTravelInParts) {
   EXPECT_EQ(spec.last.speculation().fallback_steps(), 0);
 }
 
+// A conversation's next turn with DFlash over real gRPC: the verifier reuses its cached prefix
+// as far as the drafter holds that prefix's feature rows (DraftOpen.cached_tokens, answered in
+// DraftOpened), computes and sends only the rest, and every step still drafts; the output
+// equals speculation off. A turn whose history the drafter never saw (the first turn ran
+// without speculation) has the two caches disagree: the verifier then computes the whole
+// prompt again, features and all, and the output is still exact.
+TEST_F(DflashServiceTest, ANextTurnReusesTheCachedPrefixOnBothSides) {
+  for (const bool drafter_saw_it : {true, false}) {
+    std::vector<int32_t> history;
+    for (int i = 0; i < 150; ++i) history.push_back(3 + (i * 53 + (drafter_saw_it ? 0 : 7)) % 4000);
+    v1::GenerateRequest first;
+    first.mutable_token_ids()->mutable_ids()->Add(history.begin(), history.end());
+    first.mutable_sampling()->set_max_new_tokens(20);
+    first.mutable_sampling()->set_ignore_eos(true);
+    first.mutable_speculation()->set_mode(drafter_saw_it ? v1::SPECULATION_MODE_DFLASH
+                                                         : v1::SPECULATION_MODE_OFF);
+    const Outcome one = Generate(verifier_->stub(), first);
+    ASSERT_TRUE(one.status.ok()) << one.status.error_message();
+
+    v1::GenerateRequest turn = first;
+    turn.mutable_token_ids()->mutable_ids()->Add(one.ids.begin(), one.ids.end());
+    for (int i = 0; i < 12; ++i) turn.mutable_token_ids()->add_ids(500 + i);
+    turn.mutable_speculation()->set_mode(v1::SPECULATION_MODE_DFLASH);
+    const Outcome two = Generate(verifier_->stub(), turn);
+    ASSERT_TRUE(two.status.ok()) << two.status.error_message();
+    const int cached = two.last.usage().cached_tokens();
+    if (drafter_saw_it) {
+      // The drafter's rows reach at least the first turn's prompt (its last rows may not have
+      // gone into its model before the session ended).
+      EXPECT_GE(cached, 144) << "in whole pages of 16";
+    } else {
+      EXPECT_EQ(cached, 0) << "the drafter holds none of the rows";
+    }
+    EXPECT_GT(two.last.speculation().drafted_tokens(), 0);
+    EXPECT_EQ(two.last.speculation().fallback_steps(), 0) << "every step drafted";
+    v1::GenerateRequest off = turn;
+    off.mutable_speculation()->set_mode(v1::SPECULATION_MODE_OFF);
+    const Outcome plain = Generate(verifier_->stub(), off);
+    ASSERT_TRUE(plain.status.ok()) << plain.status.error_message();
+    EXPECT_EQ(two.ids, plain.ids) << "drafter saw it " << drafter_saw_it;
+  }
+}
+
 // The shipped drafter (models/tiny-dflash) loads from its checkpoint and drafts what the target
 // then accepts: on held-out code, DDTree of 16 nodes accepts about three tokens a step (4.0 tokens
 // per step over the 24 held-out prompts, bench/tau_sweep.sh), where a random drafter accepts

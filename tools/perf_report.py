@@ -408,11 +408,11 @@ class Report:
             f"by side, {c['turns']} turns each; turn 1 is {c['history_len']} tokens, each later "
             f"turn resends the history with the previous answer ({c['random_output_len']} tokens) "
             f"and {c['turn_input_len']} new tokens. Cache on/off applies to the verifier's and "
-            f"the draft model's prefix caches alike, fresh services per point. TTFT is mean ms "
+            f"the drafter's prefix caches alike, fresh services per point. TTFT is mean ms "
             f"(it includes the other conversations' prefills sharing the steps); reused = cached "
             f"tokens over what the earlier turns computed (turns >= 2); drafter cached = prompt "
-            f"tokens the draft model's own cache served. DFlash requests prefill whole (their "
-            f"drafter needs the features of every context row: issue 37).",
+            f"tokens the drafter's own cache served (the draft model's prompt tokens; DFlash: "
+            f"the context rows the verifier then did not send).",
             meta, name, None,
             ["speculation", "turn 1 TTFT", "turns >= 2 TTFT, cache on", "cache off", "on / off",
              "reused", "drafter cached", "tok/s on", "tok/s off"], rows)

@@ -36,6 +36,9 @@ class DraftStream {
   // True while no tree can come for the newest commit: the session has ended (an
   // implementation may open a new one at a later commit).
   virtual bool broken() const = 0;
+  // For a session opened with DraftOpenParams::cached_tokens: of those, the prompt tokens whose
+  // feature rows the drafter holds (DraftOpened.cached_tokens), once its answer has arrived.
+  virtual std::optional<int> opened_cached_tokens() const { return std::nullopt; }
 };
 
 struct DraftOpenParams {
@@ -46,6 +49,10 @@ struct DraftOpenParams {
   // The target layers every commit's feature rows carry (DraftOpen.feature_layers); empty:
   // the session is sent tokens only.
   std::vector<int> feature_layers;
+  // The prompt tokens the verifier holds in its prefix cache and would send no feature rows
+  // for, a multiple of `page_size` (its KV page); 0: none (DraftOpen.cached_tokens).
+  int cached_tokens = 0;
+  int page_size = 0;
 };
 
 // What the drafters a source has heard from serve (each states it: Drafter.GetInfo and every

@@ -96,6 +96,8 @@ class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1
     o->set_max_depth(params.limits.max_depth);
     o->set_top_k(params.limits.top_k);
     o->mutable_feature_layers()->Add(params.feature_layers.begin(), params.feature_layers.end());
+    o->set_cached_tokens(params.cached_tokens);
+    o->set_page_size(params.page_size);
     stub->async()->Draft(&context_, this);
     pending_.push_back(std::move(open));
     writing_ = true;
@@ -144,6 +146,11 @@ class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1
     return finished_;
   }
 
+  std::optional<int> opened_cached_tokens() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return opened_cached_;
+  }
+
   // Whether a well-numbered tree ever arrived: the drafter was up and serving this session.
   bool delivered() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -183,6 +190,15 @@ class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1
     if (ok && response_.kind_case() == v1::DraftResponse::kOpened) {
       // The limits this session's trees obey, and who serves it: news for the pool's view.
       HearDrafter(*directory_, response_.opened().drafter(), target_);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        opened_cached_ = response_.opened().cached_tokens();
+      }
+      {
+        // A request whose prefill waits for which cached rows the drafter holds goes on.
+        std::lock_guard<std::mutex> lock(notify_mu_);
+        if (on_arrival_) on_arrival_();
+      }
       StartRead(&response_);
       return;
     }
@@ -239,6 +255,7 @@ class SessionReactor final : public grpc::ClientBidiReactor<v1::DraftRequest, v1
   bool finished_ = false;
   bool detached_ = false;
   bool delivered_ = false;
+  std::optional<int> opened_cached_;  // DraftOpened.cached_tokens, once it arrived
   std::optional<DraftedTree> latest_;
   int64_t latest_step_ = -1;
   int64_t misnumbered_ = 0;
@@ -284,6 +301,7 @@ class GrpcDraftStream final : public DraftStream {
     }
     sent_features_ = sent_features_ || !added.features.empty();
     open_.prompt.insert(open_.prompt.end(), added.tokens.begin(), added.tokens.end());
+    open_.cached_tokens = 0;  // a reopened session is sent its whole context
     if (session_ != nullptr) session_->Commit(step, added, tree_budget);
   }
 
@@ -297,6 +315,10 @@ class GrpcDraftStream final : public DraftStream {
   }
 
   bool broken() const override { return session_ == nullptr || session_->broken(); }
+
+  std::optional<int> opened_cached_tokens() const override {
+    return session_ != nullptr ? session_->opened_cached_tokens() : std::nullopt;
+  }
 
  private:
   SessionReactor* NewSession() {

@@ -35,6 +35,10 @@ struct Engine::Active {
   // captured features of the chunks before it, sent to the drafter with the first bonus.
   int chunk_end = 0;
   TargetFeatures prefill_features;
+  // Opened with cached prompt tokens on offer (DraftOpenParams::cached_tokens): its prefill
+  // waits for the drafter's answer on which of their feature rows it holds (ResolveOpen).
+  bool awaiting_open = false;
+  absl::Time open_sent;
   int64_t step = 0;  // step of the last commit sent to the drafter
   absl::Time commit_sent;
   int timeouts = 0;  // consecutive steps without a draft in time
@@ -489,21 +493,48 @@ int Engine::WorstPages(const GenerationRequest& r) const {
   return PagesFor(static_cast<int>(r.prompt.size()) + *r.max_new_tokens + r.spec.tree_budget + 1);
 }
 
-bool Engine::ReusesPrefix(const GenerationRequest& r) const {
-  if (!options_.prefix_cache) return false;
-  if (r.spec_mode.off() || drafts_ == nullptr) return true;
-  // As FeatureLayersFor resolves the kind, without its side effects: a kind some drafter of
-  // the pool takes target features for prefills whole.
+bool Engine::TakesFeatures(const GenerationRequest& r) const {
+  if (r.spec_mode.off() || drafts_ == nullptr) return false;
+  // As FeatureLayersFor resolves the kind, without its side effects.
   const DrafterPoolInfo pool = drafts_->PoolInfo();
   const std::optional<DrafterKind> kind = KindOf(r.spec_mode, pool);
-  if (!kind.has_value()) return true;
+  if (!kind.has_value()) return false;
   for (const auto& [needs_kind, needs] : pool.feature_needs) {
-    if (needs_kind == *kind) return false;
+    if (needs_kind == *kind) return true;
+  }
+  return false;
+}
+
+bool Engine::ResolveOpen(Active& a, absl::Time now) {
+  const std::optional<int> held =
+      a.draft != nullptr ? a.draft->opened_cached_tokens() : std::nullopt;
+  if (!held.has_value() && a.draft != nullptr && !a.draft->broken() &&
+      now < a.open_sent + std::max(options_.draft_timeout, kOpenTimeout)) {
+    return false;
+  }
+  a.awaiting_open = false;
+  if (!held.has_value()) {
+    // No answer: the drafter would lack rows the verifier does not compute, so the request keeps
+    // its cached prefix and runs without speculation.
+    TS_LOG(kDebug, "request %s: no answer on the cached prompt rows; without speculation",
+           a.request.id);
+    a.draft.reset();
+    a.feature_layers.clear();
+    return true;
+  }
+  // The drafter holds rows of the first *held cached tokens (whole pages of ours): the rest
+  // of the prefix is computed again, with its features.
+  const int keep = std::clamp(*held, 0, a.cached_tokens) / model_->kv_cache().page_size() *
+                   model_->kv_cache().page_size();
+  if (keep < a.cached_tokens) {
+    model_->Truncate(a.seq, keep);
+    a.cached_tokens = keep;
+    a.committed_len = keep;
   }
   return true;
 }
 
-int Engine::FrontPagesIfAdmissible(bool* reuses_prefix) const {
+int Engine::FrontPagesIfAdmissible() const {
   if (queue_.empty() || static_cast<int>(running_.size()) >= options_.max_batch) return 0;
   const GenerationRequest& r = queue_.front()->request;
   const PagedKvCache& kv = model_->kv_cache();
@@ -516,11 +547,11 @@ int Engine::FrontPagesIfAdmissible(bool* reuses_prefix) const {
     if (!a->done) growth += std::max(0, a->pages - kv.num_reserved_slots(a->seq) / kv.page_size());
   }
   const int need = WorstPages(r), room = kv.free_pages() - growth;
-  const bool reuses = ReusesPrefix(r);
-  if (reuses_prefix != nullptr) *reuses_prefix = reuses;
   if (room >= need) return need;
-  // Only short of room does the prompt's cached prefix get looked up (hashing the prompt).
-  const int shared = reuses ? kv.HeldCachedPrefixPages(r.prompt) : 0;
+  // Only short of room does the prompt's cached prefix get looked up (hashing the prompt). A
+  // request whose drafter takes features may end up reusing less of it: it counts on none.
+  const int shared =
+      options_.prefix_cache && !TakesFeatures(r) ? kv.HeldCachedPrefixPages(r.prompt) : 0;
   // Otherwise it waits for pages to free up.
   return room >= need - shared ? need : 0;
 }
@@ -528,11 +559,9 @@ int Engine::FrontPagesIfAdmissible(bool* reuses_prefix) const {
 void Engine::Admit() {
   while (true) {
     std::unique_ptr<Active> a;
-    bool reuses = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      // Whether it reuses cached pages is decided with the admission that counted on it.
-      const int need = FrontPagesIfAdmissible(&reuses);
+      const int need = FrontPagesIfAdmissible();
       if (need == 0) break;
       a = std::move(queue_.front());
       queue_.pop_front();
@@ -541,7 +570,7 @@ void Engine::Admit() {
     }
     a->seq = model_->CreateSequence();
     a->context = a->request.prompt;
-    if (reuses) {
+    if (options_.prefix_cache) {
       a->cache_queried = true;
       // Its prefill starts after the cached prefix (never the whole prompt: the last token's
       // logits are computed).
@@ -558,7 +587,21 @@ void Engine::Admit() {
       open.limits = a->request.spec;
       open.feature_layers = FeatureLayersFor(open.mode);
       a->feature_layers = open.feature_layers;
-      if (a->request.auto_tree_budget && options_.speculation_gate) {
+      const bool deferred = a->request.auto_tree_budget && options_.speculation_gate;
+      if (!open.feature_layers.empty() && a->cached_tokens > 0 &&
+          (!deferred ||
+           gate_.WantsTree(a->request.spec_mode.kind(), static_cast<int>(running_.size()) + 1))) {
+        // Its drafter must hold the feature rows of the cached prefix, which no step computes:
+        // the session opens now, and the prefill waits for its answer on which it holds.
+        open.cached_tokens = a->cached_tokens;
+        open.page_size = model_->kv_cache().page_size();
+        OpenDraft(*a, open);
+        a->awaiting_open = true;
+        a->open_sent = absl::Now();
+      } else if (deferred) {
+        // A gated request the gate keeps plain for now: with a cached prefix whose rows its
+        // drafter was never given, it stays plain (as one whose plain steps went uncaptured).
+        a->plain_only = !open.feature_layers.empty() && a->cached_tokens > 0;
         a->unopened = std::move(open);
       } else {
         OpenDraft(*a, open);
@@ -630,6 +673,11 @@ std::vector<Engine::Active*> Engine::WaitForReady() {
     ready.clear();
     for (auto& a : running_) {
       if (a->done) continue;
+      if (a->awaiting_open && !ResolveOpen(*a, now)) {
+        next_deadline =
+            std::min(next_deadline, a->open_sent + std::max(options_.draft_timeout, kOpenTimeout));
+        continue;
+      }
       if (!a->prefilled || a->draft == nullptr || !a->tree_asked) {
         ready.push_back(a.get());  // prefill, no speculation, no tree asked: nothing to wait for
         continue;

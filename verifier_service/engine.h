@@ -52,8 +52,9 @@ struct EngineOptions {
   bool speculation_gate = true;
   // Prefix cache (--prefix_cache; PagedKvCache): a finished request leaves its full pages of
   // final tokens (prompt and output) cached, and a new request reuses the longest cached
-  // prefix of its prompt and prefills only the rest. Requests whose drafter takes the target's
-  // features prefill whole (those features are not cached yet).
+  // prefix of its prompt and prefills only the rest. A request whose drafter takes the
+  // target's features reuses as much of it as its drafter holds the feature rows of
+  // (DraftOpen.cached_tokens).
   bool prefix_cache = true;
   // Chunked prefill (--prefill_chunk): a prompt's uncached part is computed in chunks ending at
   // multiples of this many tokens (absolute positions, so a prompt with a cached prefix computes
@@ -166,6 +167,9 @@ class Engine {
   // reaches this many tokens (opening the session then if none is open): a drafter never lags
   // far, and a request that ends sooner costs it nothing.
   static constexpr int kMaxDeferredTokens = 64;
+  // The longest a request waits for its drafter's answer on the cached prompt rows before its
+  // prefill (at least the draft timeout).
+  static constexpr absl::Duration kOpenTimeout = absl::Milliseconds(500);
 
  private:
   struct Active;
@@ -183,15 +187,18 @@ class Engine {
   void OpenDraft(Active& active, const DraftOpenParams& open);
   // Whether a step should wait (up to the deadline) for this request's draft.
   bool WaitsForDraft(const Active& a) const;
-  // KV pages the front of the queue needs if it can be admitted now, else 0; `reuses_prefix`,
-  // when given, gets whether the admission counted on it reusing cached prefix pages
-  // (ReusesPrefix), which the caller must then attach. Needs mu_.
-  int FrontPagesIfAdmissible(bool* reuses_prefix = nullptr) const;
+  // KV pages the front of the queue needs if it can be admitted now, else 0. Needs mu_.
+  int FrontPagesIfAdmissible() const;
   // Pages `r` takes at most: its prompt, output and largest tree.
   int WorstPages(const GenerationRequest& r) const;
-  // Whether `r` reuses cached prefix pages: the prefix cache is on and its drafter kind takes
-  // no target features.
-  bool ReusesPrefix(const GenerationRequest& r) const;
+  // Whether `r`'s drafter kind takes the target's features: its session then says which of the
+  // cached prompt rows its drafter holds, and the request reuses only those (ResolveOpen).
+  bool TakesFeatures(const GenerationRequest& r) const;
+  // For a request waiting for its drafter's answer on the cached prompt rows (awaiting_open):
+  // whether it can go on now — the answer arrived (the cached prefix is cut to the rows the
+  // drafter holds), or the session broke or kept silent past kOpenTimeout (the request keeps
+  // its cached prefix and runs without speculation).
+  bool ResolveOpen(Active& active, absl::Time now);
   void DropCancelled();
   // Blocks until enough requests can be verified (DESIGN §2 overlap) and returns them.
   std::vector<Active*> WaitForReady();

@@ -130,9 +130,9 @@ void CheckSpeculativeGreedyEqualsTargetOnly(CausalLm& target, const SpecRun& run
   }
   const double mean_acceptance = steps > 0 ? 1.0 + static_cast<double>(accepted) / steps : 0;
   std::cerr << prompts.size() << " prompts: " << diverged << " diverged at near-ties, plain "
-            << "decoding chose " << close << " tokens at a near-tie; " << steps
-            << " verify steps, " << drafted << " drafted, " << accepted
-            << " accepted, mean acceptance length " << mean_acceptance << "\n";
+            << "decoding chose " << close << " tokens at a near-tie; " << steps << " verify steps, "
+            << drafted << " drafted, " << accepted << " accepted, mean acceptance length "
+            << mean_acceptance << "\n";
   EXPECT_LE(diverged, static_cast<int>(prompts.size()) / 2) << "near-ties should be rare";
   EXPECT_GT(mean_acceptance, 2.5) << "the draft tree should be accepted several tokens deep";
 }

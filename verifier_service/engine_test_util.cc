@@ -60,6 +60,14 @@ int RecordingSink::updates() const {
 
 namespace {
 
+// What a session opened with `params` takes from its drafter's prefix cache (as a drafter
+// service answers DraftOpen.cached_tokens).
+int ReusedRows(DraftSession& session, const DraftOpenParams& params) {
+  return params.cached_tokens > 0
+             ? session.ReuseCachedPrompt(params.prompt, params.cached_tokens, params.page_size)
+             : 0;
+}
+
 // Holds the tree answering the latest commit until the engine takes it.
 class MailboxDraftStream : public DraftStream {
  public:
@@ -86,8 +94,9 @@ class MailboxDraftStream : public DraftStream {
 
 class LocalDraftStream final : public MailboxDraftStream {
  public:
-  LocalDraftStream(std::unique_ptr<DraftSession> session, SpecLimits limits)
-      : session_(std::move(session)), limits_(limits) {}
+  LocalDraftStream(std::unique_ptr<DraftSession> session, SpecLimits limits, int cached)
+      : session_(std::move(session)), limits_(limits), cached_(cached) {}
+  std::optional<int> opened_cached_tokens() const override { return cached_; }
   void Commit(int64_t step, DraftContext added, int tree_budget) override {
     if (tree_budget == kNoTree) {
       broken_ = broken_ || !session_->Append(added).ok();
@@ -106,6 +115,7 @@ class LocalDraftStream final : public MailboxDraftStream {
  private:
   std::unique_ptr<DraftSession> session_;
   SpecLimits limits_;
+  int cached_;
 };
 
 class ScriptedDraftStream final : public MailboxDraftStream {
@@ -134,10 +144,11 @@ struct DelayedMailbox {
 
 class DelayedDraftStream final : public DraftStream {
  public:
-  DelayedDraftStream(std::unique_ptr<DraftSession> session, SpecLimits limits,
+  DelayedDraftStream(std::unique_ptr<DraftSession> session, SpecLimits limits, int cached,
                      DelayedDraftSource::DelayFn delay, std::function<void()> on_arrival)
       : session_(std::move(session)),
         limits_(limits),
+        cached_(cached),
         delay_(std::move(delay)),
         box_(std::make_shared<DelayedMailbox>()) {
     box_->on_arrival = std::move(on_arrival);
@@ -177,10 +188,12 @@ class DelayedDraftStream final : public DraftStream {
   }
   int64_t TakeMisnumberedTrees() override { return 0; }
   bool broken() const override { return false; }
+  std::optional<int> opened_cached_tokens() const override { return cached_; }
 
  private:
   std::unique_ptr<DraftSession> session_;
   SpecLimits limits_;
+  int cached_;
   DelayedDraftSource::DelayFn delay_;
   std::shared_ptr<DelayedMailbox> box_;
   std::vector<std::thread> threads_;
@@ -198,6 +211,9 @@ class RecordingSession final : public DraftSession {
   }
   absl::StatusOr<DraftedTree> Draft(const SpecLimits& limits) override {
     return inner_->Draft(limits);
+  }
+  int ReuseCachedPrompt(absl::Span<const int32_t> prompt, int offered, int page) override {
+    return inner_->ReuseCachedPrompt(prompt, offered, page);
   }
 
  private:
@@ -224,8 +240,10 @@ std::unique_ptr<DraftStream> DelayedDraftSource::Open(const DraftOpenParams& par
                                                       std::function<void()> on_arrival) {
   ++opened_;
   absl::StatusOr<std::unique_ptr<DraftSession>> session = factory_->NewSession();
-  if (!session.ok() || !(*session)->Append(TokenContext(params.prompt)).ok()) return nullptr;
-  return std::make_unique<DelayedDraftStream>(*std::move(session), params.limits, delay_,
+  if (!session.ok()) return nullptr;
+  const int cached = ReusedRows(**session, params);
+  if (!(*session)->Append(TokenContext(params.prompt)).ok()) return nullptr;
+  return std::make_unique<DelayedDraftStream>(*std::move(session), params.limits, cached, delay_,
                                               std::move(on_arrival));
 }
 
@@ -233,8 +251,9 @@ std::unique_ptr<DraftStream> LocalDraftSource::Open(const DraftOpenParams& param
                                                     std::function<void()>) {
   absl::StatusOr<std::unique_ptr<DraftSession>> session = factory_->NewSession();
   if (!session.ok()) return nullptr;
+  const int cached = ReusedRows(**session, params);
   if (!(*session)->Append(TokenContext(params.prompt)).ok()) return nullptr;
-  return std::make_unique<LocalDraftStream>(*std::move(session), params.limits);
+  return std::make_unique<LocalDraftStream>(*std::move(session), params.limits, cached);
 }
 
 std::unique_ptr<DraftStream> ScriptedDraftSource::Open(const DraftOpenParams&,

@@ -83,7 +83,8 @@ TreeSelection SelectNodes(absl::Span<const SelectionCandidate> candidates,
   context /= sequences;
   const double prompt_nodes = static_cast<double>(prefill.rows - prefill.sequences);
   auto step_ms = [&](size_t k) {
-    return cost.PredictMs({sequences, (static_cast<double>(k) + prompt_nodes) / sequences, context});
+    return cost.PredictMs(
+        {sequences, (static_cast<double>(k) + prompt_nodes) / sequences, context});
   };
 
   // Every drafted node with its calibrated chance, made non-increasing along each path (a node

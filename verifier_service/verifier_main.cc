@@ -56,8 +56,9 @@ ABSL_FLAG(int, max_batch, 16, "requests verified together per step");
 ABSL_FLAG(int, max_queue, 1024, "waiting requests beyond this get RESOURCE_EXHAUSTED");
 ABSL_FLAG(std::string, prefix_cache, "on",
           "on: finished requests leave their full KV pages cached and a new request reuses "
-          "its longest cached prompt prefix (requests whose drafter takes target features "
-          "prefill whole); off: every prompt is prefilled whole");
+          "its longest cached prompt prefix (one whose drafter takes target features: as far "
+          "as its drafter holds that prefix's feature rows); off: every prompt is prefilled "
+          "whole");
 ABSL_FLAG(int, prefill_chunk, 2048,
           "chunked prefill: prompts are computed in chunks ending at multiples of this many "
           "tokens, and a step takes at most this many prompt tokens beside the running "

@@ -141,6 +141,12 @@ void PagedKvCache::Truncate(SeqId seq, int num_slots) {
     Release(pages.back());
     pages.pop_back();
   }
+  // Slots below the walked pages may be rewritten: the next CachePages walks from the start.
+  if (auto c = chains_.find(seq);
+      c != chains_.end() &&
+      c->second.pages * page_size_ > static_cast<size_t>(std::max(num_slots, 0))) {
+    chains_.erase(c);
+  }
 }
 
 void PagedKvCache::Free(SeqId seq) {
@@ -150,6 +156,7 @@ void PagedKvCache::Free(SeqId seq) {
   // Last page first: a prefix's first pages are released last, so they are evicted last.
   for (auto p = it->second.rbegin(); p != it->second.rend(); ++p) Release(*p);
   tables_.erase(it);
+  chains_.erase(seq);
 }
 
 std::vector<int> PagedKvCache::MatchPrefix(absl::Span<const int32_t> tokens) const {
@@ -193,18 +200,26 @@ void PagedKvCache::CachePages(SeqId seq, absl::Span<const int32_t> tokens) {
   if (it == tables_.end()) return;
   const std::vector<int>& pages = it->second;
   const size_t full = std::min(tokens.size() / page_size_, pages.size());
-  uint64_t key = PrefixIndex::kRootKey;
-  int parent = -1;  // the indexed page holding the previous page's tokens
-  for (size_t i = 0; i < full; ++i) {
+  CacheChain& chain = chains_[seq];
+  if (chain.pages == 0 ||
+      (chain.parent >= 0 && (!index_.Contains(chain.parent) ||
+                             index_.generation(chain.parent) != chain.parent_generation))) {
+    // From the start: nothing walked yet, or the page the walk stood on was evicted since.
+    chain = CacheChain{0, PrefixIndex::kRootKey, -1, 0, false};
+  }
+  for (size_t i = chain.pages; i < full && !chain.stopped; ++i) {
     const absl::Span<const int32_t> page_tokens = tokens.subspan(i * page_size_, page_size_);
-    key = PrefixIndex::Key(key, page_tokens);
-    int indexed = index_.Find(key, parent, page_tokens);
+    const uint64_t key = PrefixIndex::Key(chain.key, page_tokens);
+    int indexed = index_.Find(key, chain.parent, page_tokens);
     if (indexed < 0) {
       // A page indexed under another chain, or a key collision: the chain stops here.
-      if (index_.Contains(pages[i]) || !index_.Insert(pages[i], key, parent, page_tokens)) break;
+      if (index_.Contains(pages[i]) || !index_.Insert(pages[i], key, chain.parent, page_tokens)) {
+        chain.stopped = true;
+        break;
+      }
       indexed = pages[i];
     }
-    parent = indexed;
+    chain = CacheChain{i + 1, key, indexed, index_.generation(indexed), false};
   }
 }
 

@@ -99,7 +99,9 @@ class PagedKvCache {
   int HeldCachedPrefixPages(absl::Span<const int32_t> tokens) const;
   // Adds the full pages of `seq` among its first tokens.size() slots, which hold `tokens` and
   // whose K/V are final, to the prefix cache. Pages whose contents are cached already (another
-  // sequence computed the same prefix) stay out, and are freed as usual.
+  // sequence computed the same prefix) stay out, and are freed as usual. Incremental: a call
+  // goes on from the pages an earlier call for `seq` covered (their tokens must not differ), so
+  // a sequence may call it as every page completes.
   void CachePages(SeqId seq, absl::Span<const int32_t> tokens);
 
   // (page, offset) of logical slot `slot` of `seq`; the slot must be reserved.
@@ -118,6 +120,16 @@ class PagedKvCache {
   mutable std::mutex mu_;
   std::vector<int> free_list_;
   absl::flat_hash_map<SeqId, std::vector<int>> tables_;
+  // How far CachePages got for a sequence: the pages walked, the last one's key and the indexed
+  // page holding it (with that page's generation, to notice it was evicted and reused since).
+  struct CacheChain {
+    size_t pages = 0;
+    uint64_t key = 0;
+    int parent = -1;
+    uint32_t parent_generation = 0;
+    bool stopped = false;  // a page indexed under another chain, or a collision: no further
+  };
+  absl::flat_hash_map<SeqId, CacheChain> chains_;
   SeqId next_id_ = 1;
   std::vector<int> holders_;  // [num_pages] sequences holding each page
   PrefixIndex index_;

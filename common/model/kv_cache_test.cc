@@ -215,6 +215,40 @@ TEST(PrefixCacheTest, ADuplicatePrefixStaysOutOfTheCache) {
   EXPECT_EQ(cache.AttachCachedPrefix(cache.CreateSequence(), Tokens(13)), 12);
 }
 
+// CachePages as pages complete: each call goes on from the last, and the result is what one
+// call at the end gives. A chain that stood on another sequence's page which was evicted and
+// reused since starts again from the first page, so its later pages still match.
+TEST(PrefixCacheTest, CachingAsPagesCompleteEqualsCachingAtTheEnd) {
+  PagedKvCache cache(12, 4);
+  const std::vector<int32_t> tokens = Tokens(20);
+  const SeqId a = cache.CreateSequence();
+  for (int n = 1; n <= 20; ++n) {
+    ASSERT_TRUE(cache.Reserve(a, n).ok());
+    cache.CachePages(a, absl::MakeConstSpan(tokens).subspan(0, n));
+    EXPECT_EQ(cache.cached_pages(), n / 4) << n;
+  }
+  cache.Free(a);
+  EXPECT_EQ(cache.AttachCachedPrefix(cache.CreateSequence(), Tokens(21)), 20);
+
+  // b walks its first page onto a's cached page 0 (unheld), which is then evicted and reused;
+  // b's later pages are still cached under its own first page.
+  PagedKvCache small(3, 4);
+  const SeqId first = small.CreateSequence();
+  ASSERT_TRUE(small.Reserve(first, 4).ok());
+  small.CachePages(first, Tokens(4));
+  small.Free(first);  // its page is cached, unheld
+  const SeqId b = small.CreateSequence();
+  ASSERT_TRUE(small.Reserve(b, 4).ok());
+  small.CachePages(b, Tokens(4));  // found under `first`'s page: b's own page stays out
+  const SeqId hog = small.CreateSequence();
+  ASSERT_TRUE(small.Reserve(hog, 8).ok());  // evicts the cached page for new contents
+  small.Free(hog);
+  ASSERT_TRUE(small.Reserve(b, 8).ok());
+  small.CachePages(b, Tokens(8));
+  small.Free(b);
+  EXPECT_EQ(small.AttachCachedPrefix(small.CreateSequence(), Tokens(9)), 8);
+}
+
 TEST(PrefixIndexTest, MatchesOnlyTheSameTokensAfterTheSameParentContents) {
   PrefixIndex index(4);
   const std::vector<int32_t> root = {1, 2}, child = {3, 4};

@@ -45,6 +45,7 @@ class PrefixIndex {
   void Erase(int page);
   // `page` is about to hold new contents: entries naming it as their parent stop matching.
   void NewGeneration(int page) { ++generation_[page]; }
+  uint32_t generation(int page) const { return generation_[page]; }
 
   int size() const { return static_cast<int>(by_key_.size()); }
 
