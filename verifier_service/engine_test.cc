@@ -718,7 +718,9 @@ TEST_F(EngineTest, BatchEqualsRequestsAlone) {
 }
 
 // The whole loop (prefill, trees, walk, commit) at TP = 2, 3, 7 gives TP = 1's tokens; the
-// model-level test bounds the logit differences (the sums run in another order).
+// model-level test bounds the logit differences (the sums run in another order). The prompt is
+// prefilled in chunks on every rank, and a next turn served from the prefix cache (one page table
+// for all ranks) gives what the same ranks give it cold.
 TEST_F(EngineTest, TensorParallelMatchesSingleRank) {
   NgramDrafterFactory factory{NgramOptions()};
   LocalDraftSource drafts(&factory);
@@ -730,10 +732,25 @@ TEST_F(EngineTest, TensorParallelMatchesSingleRank) {
     lm.max_batch = 4;
     auto model = LoadCpuCausalLm(*target_dir_, lm);
     ASSERT_TRUE(model.ok()) << model.status();
-    Engine engine(model->get(), nullptr, &drafts, EngineOptions());
+    EngineOptions o;
+    o.prefill_chunk = 16;  // the prompt in chunks on every rank
+    Engine engine(model->get(), nullptr, &drafts, o);
     GenerationUpdate spec = RunToEnd(engine, r);
     ASSERT_TRUE(spec.status.ok()) << spec.status;
     EXPECT_THAT(spec.token_ids, ElementsAreArray(plain)) << "tp " << tp;
+    // The ranks share one page table: a next turn reuses the cached prefix on every rank.
+    GenerationRequest turn = r;
+    turn.prompt.insert(turn.prompt.end(), spec.token_ids.begin(), spec.token_ids.end());
+    turn.prompt.push_back(7);
+    const GenerationUpdate hit = RunToEnd(engine, turn);
+    ASSERT_TRUE(hit.status.ok()) << hit.status;
+    EXPECT_GT(hit.cached_tokens, 0) << "tp " << tp;
+    EngineOptions cold_options = o;
+    cold_options.prefix_cache = false;
+    Engine cold(model->get(), nullptr, &drafts, cold_options);
+    const GenerationUpdate want = RunToEnd(cold, turn);
+    ASSERT_TRUE(want.status.ok()) << want.status;
+    EXPECT_THAT(hit.token_ids, ElementsAreArray(want.token_ids)) << "tp " << tp;
   }
 }
 
