@@ -36,6 +36,11 @@ class DflashSession::BlockJob final : public DraftJob {
   }
   void OnEnd(CausalLm& model, const absl::Status&) override {
     model.Truncate(s_.seq_, s_.rows_);  // the block's K/V
+    // The rows' pages complete as the context grows: cached now, a conversation's next turn
+    // finds them even if it opens before this session has ended.
+    if (s_.options_.prefix_cache) {
+      model.kv_cache().CachePages(s_.seq_, absl::MakeConstSpan(s_.context_).subspan(0, s_.rows_));
+    }
   }
   std::vector<std::vector<Candidate>>& marginals() { return marginals_; }
 
@@ -51,20 +56,12 @@ DflashSession::DflashSession(std::shared_ptr<DraftBatcher> batcher,
                              std::shared_ptr<const DflashConfig> config,
                              const DflashOptions& options)
     : batcher_(std::move(batcher)), config_(std::move(config)), options_(options) {
-  seq_ = batcher_->WithModel([this](CausalLm& m) {
-    kv_ = &m.kv_cache();
-    return m.CreateSequence();
-  });
+  seq_ = batcher_->WithModel([](CausalLm& m) { return m.CreateSequence(); });
 }
 
 DflashSession::~DflashSession() {
-  batcher_->WithModel([this](CausalLm& m) {
-    // The rows in the sequence are final: their full pages stay for the next turn.
-    if (options_.prefix_cache) {
-      m.kv_cache().CachePages(seq_, absl::MakeConstSpan(context_).subspan(0, rows_));
-    }
-    m.FreeSequence(seq_);
-  });
+  // Its rows' full pages were cached as they completed (BlockJob::OnEnd): they stay.
+  batcher_->WithModel([this](CausalLm& m) { m.FreeSequence(seq_); });
 }
 
 int DflashSession::ReuseCachedPrompt(absl::Span<const int32_t> prompt, int offered, int page) {
@@ -117,9 +114,6 @@ absl::StatusOr<DraftedTree> DflashSession::Draft(const SpecLimits& limits) {
                            config_->body.vocab_size);
   BlockJob job(*this, depth, k);
   if (absl::Status s = batcher_->Run(job); !s.ok()) return s;
-  // Rows' pages complete as the context grows: cached now, a conversation's next turn finds
-  // them even if it opens before this session has ended.
-  if (options_.prefix_cache) kv_->CachePages(seq_, absl::MakeConstSpan(context_).subspan(0, rows_));
   SpecLimits tree_limits = limits;
   tree_limits.max_depth = depth;
   return BuildDdTree(PerDepthCandidates(std::move(job.marginals())), 0, tree_limits);

@@ -65,7 +65,6 @@ class DflashSession final : public DraftSession {
   TargetFeatures pending_;        // rows appended since, for the next draft to add
   int64_t tokens_ = 0;            // context tokens appended
   std::vector<int32_t> context_;  // those tokens, for the prefix cache
-  PagedKvCache* kv_ = nullptr;    // the model's (thread-safe on its own)
   int32_t bonus_ = -1;            // the last of them
   bool out_of_window_ = false;
 };

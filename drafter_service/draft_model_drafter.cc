@@ -260,11 +260,8 @@ DraftModelSession::DraftModelSession(std::shared_ptr<DraftBatcher> batcher,
 }
 
 DraftModelSession::~DraftModelSession() {
-  batcher_->WithModel([this](CausalLm& m) {
-    // Its context's K/V are final: the full pages stay for the request's next turn.
-    if (options_.prefix_cache && !broken_) m.kv_cache().CachePages(seq_, context_);
-    m.FreeSequence(seq_);
-  });
+  // Its context's full pages were cached as they completed (EndAppend): they stay.
+  batcher_->WithModel([this](CausalLm& m) { m.FreeSequence(seq_); });
 }
 
 std::optional<int> DraftModelSession::cached_prompt_tokens() const {

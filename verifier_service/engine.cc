@@ -38,8 +38,8 @@ struct Engine::Active {
   // Opened with cached prompt tokens on offer (DraftOpenParams::cached_tokens): its prefill
   // waits for the drafter's answer on which of their feature rows it holds (ResolveOpen).
   bool awaiting_open = false;
-  absl::Time open_sent;
-  int64_t step = 0;  // step of the last commit sent to the drafter
+  absl::Time open_deadline;  // past it, no answer: the request goes on without speculation
+  int64_t step = 0;          // step of the last commit sent to the drafter
   absl::Time commit_sent;
   int timeouts = 0;  // consecutive steps without a draft in time
   // The target layers its commits carry features of (DraftOpenParams::feature_layers); empty:
@@ -508,8 +508,7 @@ bool Engine::TakesFeatures(const GenerationRequest& r) const {
 bool Engine::ResolveOpen(Active& a, absl::Time now) {
   const std::optional<int> held =
       a.draft != nullptr ? a.draft->opened_cached_tokens() : std::nullopt;
-  if (!held.has_value() && a.draft != nullptr && !a.draft->broken() &&
-      now < a.open_sent + std::max(options_.draft_timeout, kOpenTimeout)) {
+  if (!held.has_value() && a.draft != nullptr && !a.draft->broken() && now < a.open_deadline) {
     return false;
   }
   a.awaiting_open = false;
@@ -597,7 +596,7 @@ void Engine::Admit() {
         open.page_size = model_->kv_cache().page_size();
         OpenDraft(*a, open);
         a->awaiting_open = true;
-        a->open_sent = absl::Now();
+        a->open_deadline = absl::Now() + std::max(options_.draft_timeout, kOpenTimeout);
       } else if (deferred) {
         // A gated request the gate keeps plain for now: with a cached prefix whose rows its
         // drafter was never given, it stays plain (as one whose plain steps went uncaptured).
@@ -674,8 +673,7 @@ std::vector<Engine::Active*> Engine::WaitForReady() {
     for (auto& a : running_) {
       if (a->done) continue;
       if (a->awaiting_open && !ResolveOpen(*a, now)) {
-        next_deadline =
-            std::min(next_deadline, a->open_sent + std::max(options_.draft_timeout, kOpenTimeout));
+        next_deadline = std::min(next_deadline, a->open_deadline);
         continue;
       }
       if (!a->prefilled || a->draft == nullptr || !a->tree_asked) {
@@ -714,21 +712,18 @@ void Engine::PlanPrefill(std::vector<Active*>& members) {
   const int chunk = options_.prefill_chunk;
   int budget = chunk > 0 ? chunk : std::numeric_limits<int>::max();
   int chunks = 0;
-  members.erase(std::remove_if(members.begin(), members.end(),
-                               [&](Active* a) {
-                                 if (a->prefilled) return false;
-                                 const int prompt = static_cast<int>(a->request.prompt.size());
-                                 const int end =
-                                     chunk > 0
-                                         ? std::min(prompt, (a->committed_len / chunk + 1) * chunk)
-                                         : prompt;
-                                 if (end - a->committed_len > budget) return true;
-                                 budget -= end - a->committed_len;
-                                 a->chunk_end = end;
-                                 ++chunks;
-                                 return false;
-                               }),
-                members.end());
+  // Takes a prefilling member's next chunk out of the budget, or says it sits this step out.
+  auto sits_out = [&](Active* a) {
+    if (a->prefilled) return false;
+    const int prompt = static_cast<int>(a->request.prompt.size());
+    const int end = chunk > 0 ? std::min(prompt, (a->committed_len / chunk + 1) * chunk) : prompt;
+    if (end - a->committed_len > budget) return true;
+    budget -= end - a->committed_len;
+    a->chunk_end = end;
+    ++chunks;
+    return false;
+  };
+  members.erase(std::remove_if(members.begin(), members.end(), sits_out), members.end());
   if (chunks == 0) return;
   std::lock_guard<std::mutex> lock(mu_);
   ++prefill_steps_;

@@ -272,7 +272,9 @@ absl::StatusOr<BenchmarkOutcome> RunBenchmark(const RunConfig& c) {
                               .request_timeout_s = c.request_timeout_s,
                               .failover = c.failover};
   if (c.num_warmups > 0) {
-    RETURN_IF_ERROR(WarmUp(driver, c, workload.warmups, schedule));
+    ScheduleOptions warm_schedule = schedule;
+    warm_schedule.duration_s = 0;
+    RETURN_IF_ERROR(WarmUp(driver, c, workload.warmups, warm_schedule));
   }
   schedule.follow_up = workload.follow_up;
 

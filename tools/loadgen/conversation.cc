@@ -4,7 +4,7 @@
 #include <random>
 #include <string>
 
-#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "common/util/mix64.h"
 #include "tools/loadgen/serving_stats.h"
 
@@ -79,14 +79,9 @@ nlohmann::json SummarizeTurns(absl::Span<const Prompt> prompts,
   for (const auto& [number, t] : turns) {
     const nlohmann::json all = Summarize(t.records, 0, percentiles);
     nlohmann::json j = {{"turn", number}, {"completed", all["completed"]}};
-    for (const std::string stat : {"mean", "median", "max"}) {
-      j[absl::StrCat(stat, "_ttft_ms")] = all[absl::StrCat(stat, "_ttft_ms")];
-    }
+    // Summarize's TTFT figures but the standard deviation: mean, median, max, p<P>.
     for (const auto& [key, value] : all.items()) {
-      if (key.rfind("p", 0) == 0 && key.size() > 8 &&
-          key.compare(key.size() - 8, 8, "_ttft_ms") == 0) {
-        j[key] = value;
-      }
+      if (absl::EndsWith(key, "_ttft_ms") && !absl::StartsWith(key, "std_")) j[key] = value;
     }
     j["total_input_tokens"] = all["total_input_tokens"];
     j["total_cached_tokens"] = all["total_cached_tokens"];

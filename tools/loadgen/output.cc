@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "tools/loadgen/mixed_load.h"
 
 namespace treespec::loadgen {
 namespace {
@@ -218,8 +219,8 @@ std::string WorkloadReport(const nlohmann::json& summary) {
     }
   }
   if (const auto groups = summary.find("groups"); groups != summary.end()) {
-    const nlohmann::json& s = (*groups)["stream"];
-    const nlohmann::json& l = (*groups)["long_prompt"];
+    const nlohmann::json& s = (*groups)[kStreamGroup];
+    const nlohmann::json& l = (*groups)[kLongPromptGroup];
     absl::StrAppend(&out, "Mixed load\n",
                     absl::StrFormat("  streams: %d, inter-token gap median %s ms, p99 %s ms, max "
                                     "%s ms (max / median %s)\n",
